@@ -1,0 +1,1 @@
+"""Spark entry points and integration (bookie-cluster application, ledger source, Delta compaction)."""

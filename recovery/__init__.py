@@ -1,0 +1,1 @@
+"""Re-replication (auditor, replication workers, decommission): the autorecovery issue builds this."""

@@ -1,0 +1,61 @@
+"""Every exception the bookie raises on purpose. Each maps to a wire status code (bookkeeper.proto)."""
+
+from __future__ import annotations
+
+from ledger_client.protocol import bookkeeper_pb2 as pb
+
+
+class BookieError(Exception):
+    """Base of the bookie's errors; `status` is the wire StatusCode sent to the client."""
+
+    status: int = pb.EIO
+
+
+class ConfigError(BookieError):
+    """The configuration is invalid (unknown key, bad value)."""
+
+
+class StartupError(BookieError):
+    """The bookie refuses to start: bad directory, port in use, cookie mismatch, ZooKeeper down."""
+
+
+class CookieError(StartupError):
+    """Directories or ZooKeeper disagree about this bookie's identity (BookKeeper's InvalidCookie)."""
+
+
+class NoLedgerError(BookieError):
+    status = pb.ENOLEDGER
+
+
+class NoEntryError(BookieError):
+    status = pb.ENOENTRY
+
+
+class BadRequestError(BookieError):
+    status = pb.EBADREQ
+
+
+class UnauthorizedError(BookieError):
+    status = pb.EUA
+
+
+class FencedError(BookieError):
+    status = pb.EFENCED
+
+
+class ReadOnlyError(BookieError):
+    status = pb.EREADONLY
+
+
+class TooManyRequestsError(BookieError):
+    status = pb.ETOOMANYREQUESTS
+
+
+class StorageIOError(BookieError):
+    """A disk read or write failed, or stored bytes failed their checksum."""
+
+    status = pb.EIO
+
+
+class CorruptDataError(StorageIOError):
+    """Stored bytes do not match their checksum."""

@@ -1,0 +1,148 @@
+"""Pure pieces of the bookie: config validation, disk hysteresis, cookies, framing, LAC tracking."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import tomllib
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from ledger_client.protocol.framing import (DigestError, Digester, DigestType, FramingError, master_key,
+                                            parse_header)
+from spark_bookie.config import BookieConfig, load_config
+from spark_bookie.cookie import Cookie, verify_or_create
+from spark_bookie.disk import DiskState
+from spark_bookie.errors import ConfigError, CookieError
+from spark_bookie.lac import LacTracker
+
+pytestmark = pytest.mark.unit
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_conf_file_documents_every_key_with_its_default():
+    documented = tomllib.loads((ROOT / "conf" / "bookie.toml").read_text())["bookie"]
+    fields = {f.name for f in dataclasses.fields(BookieConfig)} - {"extra"}
+    assert set(documented) == fields
+    defaults = BookieConfig()
+    for k, v in documented.items():
+        if k not in ("journal_dirs", "ledger_dirs"):
+            assert getattr(defaults, k) == v, k
+
+
+@pytest.mark.parametrize("overrides, words", [
+    ({"compression": "zstd"}, "compression"),
+    ({"port": 0}, "port"),
+    ({"disk_usage_lwm": 0.99}, "disk_usage_lwm"),
+    ({"entry_size_bytes_max": 1 << 30}, "grpc_message_bytes_max"),
+    ({"bogus_key": 1}, "bogus_key"),
+    ({"flush_interval_ms": -1}, "flush_interval_ms"),
+])
+def test_invalid_config_is_refused_with_the_key_named(overrides, words):
+    with pytest.raises(ConfigError, match=words):
+        load_config(journal_dirs=["/j"], ledger_dirs=["/l"], **overrides)
+
+
+def test_missing_dirs_and_bad_file(tmp_path):
+    with pytest.raises(ConfigError, match="journal_dirs"):
+        load_config(ledger_dirs=["/l"])
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[bookie\n")
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        load_config(bad)
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_config(tmp_path / "missing.toml")
+
+
+def test_disk_state_has_hysteresis():
+    s = DiskState(threshold=0.9, lwm=0.8)
+    assert not s.update(0.85) and not s.read_only
+    assert s.update(0.9) and s.read_only
+    assert not s.update(0.85) and s.read_only  # between the marks: stays read-only
+    assert s.update(0.79) and not s.read_only
+
+
+class _Cookies:
+    def __init__(self) -> None:
+        self.data: dict[str, tuple[bytes, int]] = {}
+
+    def read_cookie(self, bookie_id):
+        return self.data.get(bookie_id)
+
+    def write_cookie(self, bookie_id, data, version):
+        cur = self.data.get(bookie_id)
+        assert (cur is None) == (version is None)
+        self.data[bookie_id] = (data, 0 if cur is None else cur[1] + 1)
+        return self.data[bookie_id][1]
+
+
+def test_cookie_lifecycle(tmp_path):
+    j, lg = str(tmp_path / "j"), str(tmp_path / "l")
+    store = _Cookies()
+    me = Cookie("h:1", (j,), (lg,), "inst")
+    assert verify_or_create(store, me) is True
+    assert verify_or_create(store, me) is False
+    with pytest.raises(CookieError, match="swapped"):
+        verify_or_create(store, Cookie("h:1", (lg,), (j,), "inst"))
+    with pytest.raises(CookieError, match="port"):
+        verify_or_create(store, Cookie("h:2", (j,), (lg,), "inst"))
+    with pytest.raises(CookieError, match="another cluster"):
+        verify_or_create(store, Cookie("h:1", (j,), (lg,), "other"))
+    (Path(j) / "current" / "VERSION").unlink()
+    with pytest.raises(CookieError, match="no cookie"):
+        verify_or_create(store, me)
+
+
+def test_cookie_round_trip():
+    c = Cookie("10.0.0.1:3181", ("/a", "/b"), ("/c",), "abc")
+    assert Cookie.decode(c.encode(), "x") == c
+    with pytest.raises(CookieError, match="unreadable"):
+        Cookie.decode(b"\xff\xfe", "x")
+
+
+@given(st.sampled_from(list(DigestType)), st.integers(0, 2**63 - 1), st.integers(0, 2**40),
+       st.binary(max_size=2000), st.binary(max_size=16))
+def test_framing_round_trip(dtype, lid, eid, data, pw):
+    d = Digester(dtype, pw)
+    framed = d.frame(lid, eid, eid - 1, len(data), data)
+    assert parse_header(framed) == (lid, eid, eid - 1, len(data))
+    assert d.unframe(framed, lid, eid) == (eid - 1, len(data), data)
+    assert d.unframe_lac(d.frame_lac(lid, eid), lid) == eid
+
+
+@pytest.mark.parametrize("dtype", [DigestType.CRC32, DigestType.CRC32C, DigestType.HMAC])
+def test_digest_catches_every_flipped_byte(dtype):
+    d = Digester(dtype, b"pw")
+    framed = d.frame(1, 2, 1, 5, b"hello")
+    for i in range(len(framed)):
+        bad = bytearray(framed)
+        bad[i] ^= 0x01
+        with pytest.raises(FramingError):
+            d.unframe(bytes(bad), 1, 2)
+    with pytest.raises(DigestError):
+        Digester(DigestType.HMAC, b"other").unframe(Digester(DigestType.HMAC, b"pw").frame(1, 2, 1, 1, b"x"), 1, 2)
+
+
+def test_master_key_is_bookkeepers():
+    import hashlib
+
+    assert master_key(b"pw") == hashlib.sha1(b"ledgerpw").digest() and len(master_key(b"")) == 20
+
+
+def test_lac_tracker_long_poll():
+    async def run():
+        t = LacTracker(lambda lid: 3)
+        assert await t.wait_past(1, 2, 1.0) == 3           # already past
+        assert await t.wait_past(1, 3, 0.05) == 3          # times out unchanged
+        waiter = asyncio.ensure_future(t.wait_past(1, 3, 5.0))
+        await asyncio.sleep(0.01)
+        t.advance(1, 2)                                    # never backwards
+        assert t.get(1) == 3 and not waiter.done()
+        t.advance(1, 7)
+        assert await waiter == 7
+        assert t.waiting() == 0
+
+    asyncio.run(run())
