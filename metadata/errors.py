@@ -1,0 +1,43 @@
+"""Errors of the metadata store.
+
+Callers (bookie, client, auditor) must never see kazoo's exceptions: every backend translates its
+failures into these, so the same ``except`` clauses work against ZooKeeper and the in-memory twin.
+"""
+
+from __future__ import annotations
+
+
+class MetadataError(Exception):
+    """Base of every metadata-store failure."""
+
+
+class InvalidConnectStringError(MetadataError, ValueError):
+    """A connect string (``host:port[,host:port][/root]`` or ``zk://...``) could not be parsed."""
+
+
+class MetadataUnavailableError(MetadataError):
+    """ZooKeeper could not be reached, or did not answer before the operation's deadline.
+
+    The outcome of a write that fails this way is unknown (it may or may not have been applied):
+    callers re-read before retrying a non-idempotent change.
+    """
+
+
+class NodeExistsError(MetadataError):
+    """The node to create already exists (including a live registration of another session)."""
+
+
+class NoNodeError(MetadataError):
+    """The node does not exist (for the cluster's own nodes: the cluster is not initialised)."""
+
+
+class BadVersionError(MetadataError):
+    """A compare-and-set lost: the node's version is not the one the caller read."""
+
+
+class SessionExpiredError(MetadataError):
+    """The ZooKeeper session expired while the operation was in flight; its ephemerals are gone."""
+
+
+class StoreClosedError(MetadataError):
+    """The store was closed; no further operations are possible on it."""

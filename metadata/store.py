@@ -1,0 +1,197 @@
+"""The metadata-store interface the bookie (and later the client) programs against.
+
+One interface, two implementations: :class:`metadata.zk.store.ZkMetadataStore` (kazoo, production)
+and :class:`metadata.memory.InMemoryMetadataStore` (tests). A contract test suite runs against both
+so the twin cannot drift from ZooKeeper's semantics (versions, ephemerals, sessions).
+"""
+
+from __future__ import annotations
+
+import abc
+import enum
+import logging
+import queue
+import threading
+from collections.abc import Callable
+from types import TracebackType
+
+log = logging.getLogger(__name__)
+
+
+class SessionEvent(enum.StrEnum):
+    """What a session listener is told; plain strings so callers can compare with "LOST" etc."""
+
+    CONNECTED = "CONNECTED"  # connected (first time, after a suspension, or with a new session)
+    SUSPENDED = "SUSPENDED"  # connection lost; the session (and its ephemerals) may still be alive
+    LOST = "LOST"  # the session expired: its ephemeral nodes are gone (they will be re-created)
+
+
+SessionListener = Callable[[str], None]
+
+
+class MetadataStore(abc.ABC):
+    """Cluster metadata operations. Every call has a deadline: ZooKeeper down means
+    :class:`~metadata.errors.MetadataUnavailableError`, never a hang.
+
+    Versions are ZooKeeper znode versions (0 on create, +1 per write) and every change takes the
+    version it was based on, which is how invariant 5 (every change is a CAS) is enforced.
+    """
+
+    # -- cluster ----------------------------------------------------------------------------
+    @abc.abstractmethod
+    def init_cluster(self) -> str:
+        """Create the layout (idempotent, safe to race) and return the cluster's instance id."""
+
+    @abc.abstractmethod
+    def instance_id(self) -> str:
+        """The cluster's instance id; NoNodeError if the cluster was never initialised."""
+
+    # -- bookie registration ----------------------------------------------------------------
+    @abc.abstractmethod
+    def register_bookie(self, bookie_id: str, *, readonly: bool, data: bytes = b"", wait_ms_max: int) -> None:
+        """Create the ephemeral ``available[/readonly]/<id>`` node and keep it across sessions.
+
+        A node left by a dead process lives until its session times out, so a conflicting node
+        is waited for (up to ``wait_ms_max``) before NodeExistsError. After a session is LOST the
+        store re-creates its registrations on the new session by itself.
+        """
+
+    @abc.abstractmethod
+    def unregister_bookie(self, bookie_id: str, *, readonly: bool) -> None:
+        """Delete our registration node (if it is ours) and stop re-creating it."""
+
+    @abc.abstractmethod
+    def list_bookies(self, readonly: bool = False) -> list[str]:
+        """Registered bookie ids, sorted; the writable list excludes the ``readonly`` child."""
+
+    # -- cookies ----------------------------------------------------------------------------
+    @abc.abstractmethod
+    def read_cookie(self, bookie_id: str) -> tuple[bytes, int] | None:
+        """``(data, version)`` of the bookie's cookie, or None if it has none."""
+
+    @abc.abstractmethod
+    def write_cookie(self, bookie_id: str, data: bytes, version: int | None) -> int:
+        """Create (``version=None``; NodeExistsError if present) or CAS-update; returns the new version."""
+
+    @abc.abstractmethod
+    def delete_cookie(self, bookie_id: str, version: int) -> None:
+        """CAS-delete the cookie (``version=-1`` deletes whatever is there); NoNodeError if absent."""
+
+    # -- ledgers ----------------------------------------------------------------------------
+    @abc.abstractmethod
+    def ledger_ids(self) -> set[int]:
+        """Every ledger that has a metadata node. Complete or an exception, never partial:
+        the bookie's garbage collector deletes data of ledgers missing from this set."""
+
+    @abc.abstractmethod
+    def create_ledger_node(self, ledger_id: int, data: bytes) -> int:
+        """Create the ledger's metadata node (NodeExistsError if present); returns its version (0)."""
+
+    @abc.abstractmethod
+    def read_ledger_node(self, ledger_id: int) -> tuple[bytes, int] | None:
+        """``(data, version)`` of the ledger's metadata node, or None."""
+
+    @abc.abstractmethod
+    def delete_ledger_node(self, ledger_id: int, version: int = -1) -> None:
+        """Delete the ledger's metadata node (CAS unless ``version=-1``); NoNodeError if absent."""
+
+    # -- session ----------------------------------------------------------------------------
+    @abc.abstractmethod
+    def add_session_listener(self, callback: SessionListener) -> None:
+        """Call ``callback(event)`` on a store thread for each CONNECTED/SUSPENDED/LOST event.
+
+        After a LOST, CONNECTED is reported once the registrations were re-created.
+        """
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """End the session (its ephemeral nodes go at once) and stop background threads. Idempotent."""
+
+    def __enter__(self) -> MetadataStore:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+
+class SessionWorker:
+    """A single background thread that runs session chores in order.
+
+    Backends report state changes from their own threads (kazoo's connection thread, which must
+    never block); the chores (telling listeners, re-creating registrations) run here instead, in
+    the order the events happened, and may call back into the store.
+    """
+
+    def __init__(self, name: str) -> None:
+        self._tasks: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
+        self._listeners: list[SessionListener] = []
+        self._lock = threading.Lock()
+        self._timers: set[threading.Timer] = set()
+        self._closed = False
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    def add_listener(self, callback: SessionListener) -> None:
+        with self._lock:
+            self._listeners.append(callback)
+
+    def submit(self, task: Callable[[], None]) -> None:
+        """Run ``task`` on the worker thread (dropped once closed)."""
+        with self._lock:
+            if not self._closed:
+                self._tasks.put(task)
+
+    def submit_later(self, delay_s: float, task: Callable[[], None]) -> None:
+        """Run ``task`` on the worker thread after ``delay_s`` (used for retries)."""
+
+        def fire() -> None:
+            with self._lock:
+                self._timers.discard(timer)
+            self.submit(task)
+
+        timer = threading.Timer(delay_s, fire)
+        timer.daemon = True
+        with self._lock:
+            if self._closed:
+                return
+            self._timers.add(timer)
+        timer.start()
+
+    def notify(self, event: SessionEvent) -> None:
+        """Queue telling every listener about ``event``."""
+        self.submit(lambda: self._notify_now(event))
+
+    def _notify_now(self, event: SessionEvent) -> None:
+        with self._lock:
+            listeners = list(self._listeners)
+        for callback in listeners:
+            try:
+                callback(str(event))
+            except Exception:
+                log.exception("metadata session listener %r failed on %s", callback, event)
+
+    def _run(self) -> None:
+        while True:
+            task = self._tasks.get()
+            if task is None:
+                return
+            try:
+                task()
+            except Exception:
+                log.exception("metadata session task failed")
+
+    def close(self, timeout_s: float = 5.0) -> None:
+        """Stop after the queued tasks; safe to call from the worker thread itself."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            timers = list(self._timers)
+            self._timers.clear()
+            self._tasks.put(None)
+        for timer in timers:
+            timer.cancel()
+        if threading.current_thread() is not self._thread:
+            self._thread.join(timeout_s)

@@ -1,0 +1,5 @@
+"""The ZooKeeper implementation of the metadata store: the only package that imports kazoo."""
+
+from metadata.zk.store import ZkMetadataStore
+
+__all__ = ["ZkMetadataStore"]

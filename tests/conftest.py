@@ -1,0 +1,61 @@
+"""Shared fixtures: one real ZooKeeper per test session, a fresh chroot per test, real bookies."""
+
+from __future__ import annotations
+
+import os
+import random
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+
+
+@pytest.fixture(scope="session")
+def zk_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A real embedded ZooKeeper (pyspark's jars) for the whole session; yields host:port."""
+    from spark_bookie.zookeeper import EmbeddedZooKeeper, free_port
+
+    zk = EmbeddedZooKeeper(free_port(), tmp_path_factory.mktemp("zookeeper"))
+    zk.start()
+    try:
+        yield zk.connect_string
+    finally:
+        zk.stop()
+
+
+@pytest.fixture
+def zk_connect(zk_server: str) -> str:
+    """A connect string with a chroot of its own, so tests never see each other's bookies."""
+    return f"{zk_server}/t-{uuid.uuid4().hex[:12]}/ledgers"
+
+
+@pytest.fixture
+def seed(request: pytest.FixtureRequest) -> int:
+    """A seed for randomized tests, printed so a failure can be replayed (SPARK_BOOKIE_SEED=...)."""
+    value = int(os.environ.get("SPARK_BOOKIE_SEED", random.SystemRandom().randrange(1 << 32)))
+    print(f"\n[{request.node.name}] seed = {value}")
+    return value
+
+
+@pytest.fixture
+def cluster_factory(zk_connect: str, tmp_path: Path) -> Iterator[object]:
+    """Build Sandboxes of real bookie processes on the shared ZooKeeper; all stopped at teardown."""
+    from spark_bookie.sandbox import Sandbox
+
+    made: list[Sandbox] = []
+
+    def make(bookies: int = 1, **settings: object) -> Sandbox:
+        base = {"zk_session_timeout_ms": 4000, "gc_interval_ms": 3_600_000}
+        base.update(settings)
+        sb = Sandbox(tmp_path / f"cluster-{len(made)}", bookies, zk_connect=zk_connect,
+                     bookie_settings=base)
+        made.append(sb)
+        sb.start()
+        return sb
+
+    yield make
+    for sb in made:
+        sb.stop()
