@@ -8,7 +8,7 @@ from ledger_client.protocol import bookkeeper_pb2 as pb
 class BookieError(Exception):
     """Base of the bookie's errors; `status` is the wire StatusCode sent to the client."""
 
-    status: int = pb.EIO
+    status: pb.StatusCode = pb.EIO
 
 
 class ConfigError(BookieError):

@@ -94,7 +94,8 @@ class Digester:
         if lid != ledger_id or eid != entry_id:
             raise FramingError(f"body is entry {lid}/{eid}, expected {ledger_id}/{entry_id}")
         n = self.digest_type.digest_bytes
-        header, digest, payload = body[:HEADER_BYTES], body[HEADER_BYTES:HEADER_BYTES + n], body[HEADER_BYTES + n:]
+        header, payload = body[:HEADER_BYTES], body[HEADER_BYTES + n:]
+        digest = body[HEADER_BYTES:HEADER_BYTES + n]
         if len(digest) != n or not hmac.compare_digest(digest, self.compute(header, payload)):
             raise DigestError(f"digest mismatch on entry {ledger_id}/{entry_id}")
         return lac, length, payload

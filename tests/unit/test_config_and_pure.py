@@ -11,8 +11,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ledger_client.protocol.framing import (DigestError, Digester, DigestType, FramingError, master_key,
-                                            parse_header)
+from ledger_client.protocol.framing import (
+    Digester,
+    DigestError,
+    DigestType,
+    FramingError,
+    master_key,
+    parse_header,
+)
 from spark_bookie.config import BookieConfig, load_config
 from spark_bookie.cookie import Cookie, verify_or_create
 from spark_bookie.disk import DiskState
@@ -123,7 +129,8 @@ def test_digest_catches_every_flipped_byte(dtype):
         with pytest.raises(FramingError):
             d.unframe(bytes(bad), 1, 2)
     with pytest.raises(DigestError):
-        Digester(DigestType.HMAC, b"other").unframe(Digester(DigestType.HMAC, b"pw").frame(1, 2, 1, 1, b"x"), 1, 2)
+        framed = Digester(DigestType.HMAC, b"pw").frame(1, 2, 1, 1, b"x")
+        Digester(DigestType.HMAC, b"other").unframe(framed, 1, 2)
 
 
 def test_master_key_is_bookkeepers():

@@ -1,0 +1,209 @@
+"""`spark-bookie bench`: speed measured against baselines taken in the same run.
+
+`bench bookie` measures, on one directory: the raw disk (1 KiB write + fdatasync per write, and
+1 MiB writes + fdatasync), the journal's group commit on its own, entry-log write/read with and
+without LZ4, and durable 1 KiB adds/s with p50/p99 from one batching client into one real bookie
+process. It prints a table and writes JSON. Goals (issue 2): >= 30,000 durable adds/s, and the
+journal's group commit >= half the raw 1 MiB group-commit throughput.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+GOAL_ADDS_PER_S = 30_000
+GOAL_JOURNAL_RATIO = 0.5
+
+
+def add_bench_parser(p: argparse.ArgumentParser) -> None:
+    sub = p.add_subparsers(dest="bench", required=True)
+    b = sub.add_parser("bookie", help="one bookie: durable adds/s and p50/p99 vs the raw disk")
+    b.add_argument("--dir", default=None, help="directory on the disk to measure (default: a temp dir)")
+    b.add_argument("--entries", type=int, default=200_000)
+    b.add_argument("--entry-bytes", type=int, default=1024)
+    b.add_argument("--window", type=int, default=8_000, help="adds in flight from the client")
+    b.add_argument("--json", default="bench-bookie.json", help="where to write the results")
+    b.add_argument("--quick", action="store_true", help="smaller runs (smoke test)")
+    b.set_defaults(func_bench=bench_bookie)
+
+
+def run_bench(args: argparse.Namespace) -> int:
+    result: int = args.func_bench(args)
+    return result
+
+
+# ---------------------------------------------------------------------- raw disk baselines
+
+def raw_fsync_per_write(d: Path, writes: int = 2000, size: int = 1024) -> dict[str, float]:
+    """1 KiB write + fdatasync each, into a preallocated file (the best a non-batching journal can do)."""
+    path = d / "raw-fsync.bin"
+    buf = os.urandom(size)
+    fd = os.open(path, os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o644)
+    try:
+        os.posix_fallocate(fd, 0, writes * size)
+        os.fsync(fd)
+        lat = []
+        t0 = time.perf_counter()
+        for _ in range(writes):
+            t = time.perf_counter()
+            os.write(fd, buf)
+            os.fdatasync(fd)
+            lat.append(time.perf_counter() - t)
+        elapsed = time.perf_counter() - t0
+    finally:
+        os.close(fd)
+        path.unlink()
+    return {"writes_per_s": writes / elapsed, "p50_ms": _pct(lat, 50), "p99_ms": _pct(lat, 99)}
+
+
+def raw_group_commit(d: Path, total_bytes: int = 256 << 20, chunk: int = 1 << 20) -> dict[str, float]:
+    """1 MiB writes + fdatasync each: the disk's group-commit ceiling."""
+    path = d / "raw-group.bin"
+    buf = os.urandom(chunk)
+    fd = os.open(path, os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o644)
+    try:
+        os.posix_fallocate(fd, 0, total_bytes)
+        os.fsync(fd)
+        t0 = time.perf_counter()
+        for _ in range(total_bytes // chunk):
+            os.write(fd, buf)
+            os.fdatasync(fd)
+        elapsed = time.perf_counter() - t0
+    finally:
+        os.close(fd)
+        path.unlink()
+    return {"mb_per_s": total_bytes / elapsed / 1e6}
+
+
+def _pct(values: list[float], p: float) -> float:
+    if not values:
+        return float("nan")
+    s = sorted(values)
+    k = min(len(s) - 1, max(0, int(round(p / 100 * (len(s) - 1)))))
+    return s[k] * 1000.0
+
+
+# ---------------------------------------------------------------------- bookie adds
+
+def durable_adds(bookie_address: str, entries: int, entry_bytes: int, window: int) -> dict[str, float]:
+    """Pipelined adds from one client; latency = submit → durable ack, per entry."""
+    from ledger_client.protocol import bookkeeper_pb2 as pb
+    from ledger_client.protocol.framing import Digester, DigestType, master_key
+    from ledger_client.transport import BookieClient
+
+    ledger_id = 7
+    key = master_key(b"bench")
+    dig = Digester(DigestType.CRC32C, b"bench")
+    payload = os.urandom(entry_bytes)
+    bodies = [dig.frame(ledger_id, i, i - 1, (i + 1) * entry_bytes, payload) for i in range(entries)]
+    sent = [0.0] * entries
+    lat = [0.0] * entries
+    slots = threading.Semaphore(window)
+    done = threading.Event()
+    errors: list[str] = []
+    remaining = [entries]
+    lock = threading.Lock()
+
+    def cb(resp: Any, exc: BaseException | None) -> None:
+        now = time.perf_counter()
+        if exc is not None or resp.status != pb.EOK:
+            errors.append(str(exc) if exc else resp.detail)
+        else:
+            lat[resp.entry_id] = now - sent[resp.entry_id]
+        slots.release()
+        with lock:
+            remaining[0] -= 1
+            if remaining[0] == 0:
+                done.set()
+
+    client = BookieClient(bookie_address, pending_adds_max=window + 1)
+    try:
+        t0 = time.perf_counter()
+        for i, body in enumerate(bodies):
+            slots.acquire()
+            sent[i] = time.perf_counter()
+            client.add_async(ledger_id, i, key, body, cb)
+        done.wait(timeout=600)
+        elapsed = time.perf_counter() - t0
+    finally:
+        client.close()
+    if errors:
+        raise RuntimeError(f"{len(errors)} adds failed, first: {errors[0]}")
+    return {"adds_per_s": entries / elapsed, "mb_per_s": entries * entry_bytes / elapsed / 1e6,
+            "p50_ms": _pct(lat, 50), "p99_ms": _pct(lat, 99), "p999_ms": _pct(lat, 99.9),
+            "mean_ms": statistics.fmean(lat) * 1000}
+
+
+def _one_bookie(root: Path) -> tuple[Any, Any]:
+    from .sandbox import Sandbox
+
+    sb = Sandbox(root, bookies=1, bookie_settings={"gc_interval_ms": 3_600_000})
+    sb.start()
+    return sb, sb.bookies[0]
+
+
+# ---------------------------------------------------------------------- bench bookie
+
+def bench_bookie(args: argparse.Namespace) -> int:
+    from .storage.journal import measure as journal_measure
+    from .storage.ledger_storage import measure as storage_measure
+
+    entries = 20_000 if args.quick else args.entries
+    base = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="bench-bookie-"))
+    base.mkdir(parents=True, exist_ok=True)
+    res: dict[str, Any] = {"dir": str(base), "entry_bytes": args.entry_bytes, "entries": entries}
+    res["raw_fsync_per_write"] = raw_fsync_per_write(base, 500 if args.quick else 2000)
+    res["raw_group_commit_1mib"] = raw_group_commit(base, (64 if args.quick else 256) << 20)
+    res["journal"] = journal_measure(str(base / "journal-only"), records=entries,
+                                     record_bytes=args.entry_bytes, batch=256)
+    for comp in ("none", "lz4"):
+        res[f"entry_log_{comp}"] = storage_measure(str(base / f"storage-{comp}"), entries=entries,
+                                                   entry_bytes=args.entry_bytes, compression=comp)
+    sb, bookie = _one_bookie(base / "cluster")
+    try:
+        durable_adds(bookie.bookie_id, min(entries, 5000), args.entry_bytes, args.window)  # warm-up
+        res["bookie_adds"] = durable_adds(bookie.bookie_id, entries, args.entry_bytes, args.window)
+    finally:
+        sb.stop()
+    _report(res)
+    Path(args.json).write_text(json.dumps(res, indent=2))
+    print(f"results written to {args.json}")
+    return 0
+
+
+def _report(res: dict[str, Any]) -> None:
+    raw1, rawg, j = res["raw_fsync_per_write"], res["raw_group_commit_1mib"], res["journal"]
+    adds = res["bookie_adds"]
+    ratio = j["mb_per_s"] / rawg["mb_per_s"] if rawg["mb_per_s"] else 0.0
+    res["goals"] = {
+        "durable_adds_per_s>=30000": adds["adds_per_s"] >= GOAL_ADDS_PER_S,
+        "journal_vs_raw_group_commit>=0.5": ratio >= GOAL_JOURNAL_RATIO,
+    }
+    rows = [
+        ("raw disk: 1 KiB write+fdatasync", f"{raw1['writes_per_s']:,.0f} writes/s",
+         f"p50 {raw1['p50_ms']:.2f} ms, p99 {raw1['p99_ms']:.2f} ms"),
+        ("raw disk: 1 MiB write+fdatasync", f"{rawg['mb_per_s']:,.0f} MB/s", "group-commit ceiling"),
+        ("journal group commit (1 KiB records)", f"{j['mb_per_s']:,.0f} MB/s",
+         f"{j['records_per_s']:,.0f} records/s; {ratio:.2f}x raw (goal >= {GOAL_JOURNAL_RATIO})"),
+    ]
+    for comp in ("none", "lz4"):
+        s = res[f"entry_log_{comp}"]
+        rows.append((f"entry log, compression={comp}", f"{s['write_entries_per_s']:,.0f} writes/s",
+                     f"read {s['read_entries_per_s']:,.0f}/s, {s['bytes_on_disk'] / 1e6:,.1f} MB on disk"))
+    rows.append(("bookie: durable 1 KiB adds, 1 client", f"{adds['adds_per_s']:,.0f} adds/s",
+                 f"p50 {adds['p50_ms']:.2f} ms, p99 {adds['p99_ms']:.2f} ms, p999 {adds['p999_ms']:.2f} ms "
+                 f"(goal >= {GOAL_ADDS_PER_S:,}/s)"))
+    w = max(len(r[0]) for r in rows)
+    print()
+    for name, rate, note in rows:
+        print(f"{name:<{w}}  {rate:>18}  {note}")
+    for goal, ok in res["goals"].items():
+        print(f"goal {goal}: {'PASS' if ok else 'FAIL'}")

@@ -1,0 +1,127 @@
+"""Checkpoints: make ledger storage durable, then move the journal's replay mark past it.
+
+BookKeeper's SyncThread: take the journal position first, flush ledger storage (everything the
+journal wrote before that position was applied to storage before it was journaled), persist the
+mark atomically, then delete journal files wholly before the mark. On start, the journal replays
+from the mark, so a crash at any point replays at most what a checkpoint had not yet covered.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import struct
+import threading
+from pathlib import Path
+
+import google_crc32c
+
+from .errors import CorruptDataError
+from .storage.journal import Journal, JournalPosition, JournalRecord, RecordType
+from .storage.ledger_storage import LedgerStorage
+
+log = logging.getLogger(__name__)
+_MARK = struct.Struct(">qqI")
+MARK_FILE = "lastMark"
+
+
+def read_mark(ledger_dir: str | Path) -> JournalPosition | None:
+    p = Path(ledger_dir) / "current" / MARK_FILE
+    if not p.exists():
+        return None
+    data = p.read_bytes()
+    if len(data) != _MARK.size:
+        raise CorruptDataError(f"{p} is {len(data)} bytes, expected {_MARK.size}")
+    file_id, offset, crc = _MARK.unpack(data)
+    if google_crc32c.value(data[:16]) != crc:
+        raise CorruptDataError(f"{p} fails its checksum")
+    return JournalPosition(file_id, offset)
+
+
+def write_mark(ledger_dir: str | Path, mark: JournalPosition) -> None:
+    cur = Path(ledger_dir) / "current"
+    cur.mkdir(parents=True, exist_ok=True)
+    head = struct.pack(">qq", mark.file_id, mark.offset)
+    tmp = cur / (MARK_FILE + ".tmp")
+    with open(tmp, "wb") as f:
+        f.write(head + struct.pack(">I", google_crc32c.value(head)))
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, cur / MARK_FILE)
+    fd = os.open(cur, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class Checkpointer:
+    def __init__(self, storage: LedgerStorage, journal: Journal, ledger_dir: str | Path,
+                 flush_interval_ms: int) -> None:
+        self._storage = storage
+        self._journal = journal
+        self._dir = Path(ledger_dir)
+        self._interval_s = flush_interval_ms / 1000.0
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._last_mark: JournalPosition | None = None
+
+    def apply(self, rec: JournalRecord) -> None:
+        """Re-apply one journal record to ledger storage (replay is idempotent).
+
+        A record for a ledger the bookie no longer has was written before GC deleted that ledger
+        (its master key was already checkpointed, so it is not re-created here): skip it.
+        """
+        s = self._storage
+        if rec.type == RecordType.MASTER_KEY:
+            if s.master_key(rec.ledger_id) is None:
+                s.set_master_key(rec.ledger_id, rec.payload)
+            return
+        if not s.ledger_exists(rec.ledger_id):
+            log.info("replay: skipping %s of deleted ledger %d", rec.type.name, rec.ledger_id)
+            return
+        if rec.type == RecordType.ADD:
+            s.add_entry(rec.ledger_id, rec.entry_id, rec.payload)
+        elif rec.type == RecordType.FENCE:
+            s.set_fenced(rec.ledger_id)
+        elif rec.type == RecordType.EXPLICIT_LAC:
+            s.set_explicit_lac(rec.ledger_id, rec.entry_id, rec.payload)
+
+    def replay(self) -> int:
+        mark = read_mark(self._dir)
+        self._last_mark = mark
+        return self._journal.replay(mark, self.apply)
+
+    def checkpoint(self) -> JournalPosition:
+        with self._lock:
+            mark = self._journal.last_written_position()
+            self._storage.flush()
+            if mark != self._last_mark:
+                write_mark(self._dir, mark)
+                self._last_mark = mark
+                removed = self._journal.remove_files_before(mark)
+                if removed:
+                    log.debug("removed journal files %s", [p.name for p in removed])
+            return mark
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="bookie-sync", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        waited = 0.0
+        tick = 0.05
+        while not self._stop.wait(tick):
+            waited += tick
+            if waited >= self._interval_s or self._storage.needs_flush():
+                waited = 0.0
+                try:
+                    self.checkpoint()
+                except Exception:
+                    log.exception("checkpoint failed")
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=60)

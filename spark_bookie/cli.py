@@ -1,0 +1,173 @@
+"""`spark-bookie`: run ZooKeeper, bookies, a sandbox cluster, and the benchmarks.
+
+Each subcommand exits non-zero with a one-line message on bad input (bad directory, port in use,
+cookie mismatch, ZooKeeper down) instead of a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+import threading
+from collections.abc import Callable, Sequence
+from types import FrameType
+
+DEFAULT_ZK = "127.0.0.1:2181"
+
+
+def _zk_default() -> str:
+    return os.environ.get("SPARK_BOOKIE_ZK", DEFAULT_ZK)
+
+
+def _setup_logging(verbose: bool) -> None:
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("kazoo").setLevel(logging.WARNING)
+
+
+def _wait_for_signal() -> int:
+    """Block until SIGTERM or SIGINT; returns the signal number."""
+    got: list[int] = []
+    event = threading.Event()
+
+    def handler(signum: int, _frame: FrameType | None) -> None:
+        got.append(signum)
+        event.set()
+
+    old = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        while not event.wait(0.5):
+            pass
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+    return got[0]
+
+
+def _fail(msg: str) -> int:
+    print(f"spark-bookie: error: {msg}", file=sys.stderr)
+    return 2
+
+
+# ---------------------------------------------------------------------- subcommands
+
+def cmd_zookeeper(args: argparse.Namespace) -> int:
+    from .zookeeper import run_foreground
+
+    return run_foreground(args.port, args.data_dir)
+
+
+def cmd_init(args: argparse.Namespace) -> int:
+    from metadata import MetadataError
+    from metadata import connect as connect_metadata
+
+    try:
+        store = connect_metadata(args.zk)
+        try:
+            print(f"cluster initialised: instance id {store.init_cluster()}")
+        finally:
+            store.close()
+    except MetadataError as e:
+        return _fail(f"cannot initialise the cluster at {args.zk}: {e}")
+    return 0
+
+
+def cmd_bookie(args: argparse.Namespace) -> int:
+    from .bookie import Bookie
+    from .config import load_config
+    from .errors import BookieError
+
+    try:
+        cfg = load_config(args.conf, zk_connect=args.zk, port=args.port, host=args.host,
+                          advertised_host=args.advertised_host,
+                          journal_dirs=[args.journal_dir] if args.journal_dir else None,
+                          ledger_dirs=[args.ledger_dir] if args.ledger_dir else None)
+        bookie = Bookie(cfg)
+        bookie.start()
+    except BookieError as e:
+        return _fail(str(e))
+    print(f"bookie {bookie.bookie_id} ready", flush=True)
+    try:
+        _wait_for_signal()
+    finally:
+        bookie.stop()
+    return 0
+
+
+def cmd_sandbox(args: argparse.Namespace) -> int:
+    from .sandbox import Sandbox
+
+    root = args.root or os.path.join(os.getcwd(), ".sandbox")
+    with Sandbox(root, args.bookies, zk_port=args.zk_port) as sb:
+        print(f"sandbox up: ZooKeeper at {sb.connect_string}, bookies "
+              f"{', '.join(b.bookie_id for b in sb.bookies)}", flush=True)
+        print(f"export SPARK_BOOKIE_ZK={sb.connect_string}", flush=True)
+        if args.demo:
+            from .demo import round_trip
+
+            return round_trip(sb)
+        print("press Ctrl-C to stop", flush=True)
+        _wait_for_signal()
+    return 0
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from .bench import run_bench
+
+    return run_bench(args)
+
+
+# ---------------------------------------------------------------------- parser
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="spark-bookie", description=__doc__)
+    ap.add_argument("-v", "--verbose", action="store_true")
+    sub = ap.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("zookeeper", help="run the embedded ZooKeeper (loopback) in the foreground")
+    p.add_argument("--port", type=int, default=2181)
+    p.add_argument("--data-dir", required=True)
+    p.set_defaults(func=cmd_zookeeper)
+
+    p = sub.add_parser("init", help="create the cluster layout in ZooKeeper (idempotent)")
+    p.add_argument("--zk", default=_zk_default())
+    p.set_defaults(func=cmd_init)
+
+    p = sub.add_parser("bookie", help="run one bookie in the foreground")
+    p.add_argument("--zk", default=None,
+                   help=f"ZooKeeper connect string (default $SPARK_BOOKIE_ZK or {DEFAULT_ZK})")
+    p.add_argument("--port", type=int, default=None)
+    p.add_argument("--host", default=None, help="address to bind (default 127.0.0.1)")
+    p.add_argument("--advertised-host", default=None, help="host part of the bookie id")
+    p.add_argument("--journal-dir", default=None)
+    p.add_argument("--ledger-dir", default=None)
+    p.add_argument("--conf", default=None, help="TOML configuration file (see conf/bookie.toml)")
+    p.set_defaults(func=cmd_bookie)
+
+    p = sub.add_parser("sandbox", help="embedded ZooKeeper + N bookie processes on this machine")
+    p.add_argument("--bookies", type=int, default=3)
+    p.add_argument("--root", default=None, help="data directory (default ./.sandbox)")
+    p.add_argument("--zk-port", type=int, default=None)
+    p.add_argument("--demo", action="store_true", help="run the round-trip demo, then stop")
+    p.set_defaults(func=cmd_sandbox)
+
+    from .bench import add_bench_parser
+
+    add_bench_parser(sub.add_parser("bench", help="benchmarks against same-run baselines"))
+    return ap
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    _setup_logging(args.verbose)
+    if args.command == "bookie" and args.zk is None:
+        args.zk = _zk_default()
+    func: Callable[[argparse.Namespace], int] = args.func
+    return func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,255 @@
+"""BookKeeper's request semantics: adds, reads, fencing, explicit LAC and long polls.
+
+Runs on the server's event-loop thread. The rules (BookKeeper's Bookie.addEntry / readEntry /
+fenceLedger):
+- the first add or fence of a ledger records its master key (journaled before the entry); later
+  adds and fences with another key get EUA;
+- once fenced, normal adds get EFENCED and RECOVERY_ADD adds are still accepted;
+- a fence is journaled (and fsynced) before the fencing read is answered;
+- an add is answered EOK only after its journal record is fsynced; entries are put into ledger
+  storage before they are journaled so that a checkpoint mark never passes an unapplied record.
+Bodies are checked before they are written: the framed header must name the ledger and entry of
+the request and the entry must fit the size limit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Sequence
+from concurrent.futures import Executor
+from typing import TypeVar
+
+from ledger_client.protocol import bookkeeper_pb2 as pb
+from ledger_client.protocol.framing import FramingError, parse_header
+
+from .config import BookieConfig
+from .errors import (
+    BadRequestError,
+    BookieError,
+    FencedError,
+    NoLedgerError,
+    ReadOnlyError,
+    StorageIOError,
+    TooManyRequestsError,
+    UnauthorizedError,
+)
+from .lac import LacTracker
+from .storage.journal import Journal, JournalRecord, RecordType
+from .storage.ledger_storage import LedgerStorage
+
+log = logging.getLogger(__name__)
+MASTER_KEY_BYTES = 20
+
+Reply = Callable[[list[pb.AddResponse]], None]
+T = TypeVar("T")
+
+
+class RequestProcessor:
+    def __init__(self, config: BookieConfig, storage: LedgerStorage, journal: Journal,
+                 loop: asyncio.AbstractEventLoop, executor: Executor,
+                 read_only: Callable[[], bool]) -> None:
+        self._cfg = config
+        self._storage = storage
+        self._journal = journal
+        self._loop = loop
+        self._executor = executor
+        self._read_only = read_only
+        self._reads_in_flight = 0
+        self.lac = LacTracker(self._initial_lac)
+
+    # ------------------------------------------------------------------ helpers
+
+    def _initial_lac(self, ledger_id: int) -> int:
+        lac = -1
+        explicit = self._storage.explicit_lac(ledger_id)
+        if explicit is not None:
+            lac = explicit[0]
+        try:
+            body = self._storage.get_entry(ledger_id, -1)
+            lac = max(lac, parse_header(body)[2])
+        except (BookieError, FramingError):
+            pass
+        return lac
+
+    def _journal_async(self, records: Sequence[JournalRecord]) -> asyncio.Future[None]:
+        fut: asyncio.Future[None] = self._loop.create_future()
+
+        def done(exc: BaseException | None) -> None:
+            self._loop.call_soon_threadsafe(_settle, fut, exc)
+
+        self._journal.submit(records, done)
+        return fut
+
+    def _check_key(self, ledger_id: int, key: bytes, records: list[JournalRecord]) -> None:
+        """Check `key` against the ledger's; for a new ledger, record it (journal record appended)."""
+        if len(key) != MASTER_KEY_BYTES:
+            raise BadRequestError(f"master key must be {MASTER_KEY_BYTES} bytes, got {len(key)}")
+        known = self._storage.master_key(ledger_id)
+        if known is None:
+            self._storage.set_master_key(ledger_id, key)
+            records.append(JournalRecord(RecordType.MASTER_KEY, ledger_id, -1, key))
+        elif known != key:
+            raise UnauthorizedError(f"wrong master key for ledger {ledger_id}")
+
+    # ------------------------------------------------------------------ adds
+
+    def _accept_add(self, add: pb.AddRequest, records: list[JournalRecord]) -> int:
+        """Validate one add and apply it to storage; returns the LAC its header piggybacks."""
+        lid, eid, body = add.ledger_id, add.entry_id, add.body
+        if lid < 0 or eid < 0:
+            raise BadRequestError(f"ledger and entry ids must be >= 0 (got {lid}/{eid})")
+        if len(body) > self._cfg.entry_size_bytes_max:
+            raise BadRequestError(f"entry {lid}/{eid} is {len(body)} bytes, over the limit of "
+                                  f"{self._cfg.entry_size_bytes_max} (entry_size_bytes_max)")
+        try:
+            hlid, heid, hlac, _length = parse_header(body)
+        except FramingError as e:
+            raise BadRequestError(str(e)) from e
+        if (hlid, heid) != (lid, eid):
+            raise BadRequestError(f"body header names entry {hlid}/{heid}, request names {lid}/{eid}")
+        self._check_key(lid, add.master_key, records)
+        if add.flag != pb.RECOVERY_ADD and self._storage.is_fenced(lid):
+            raise FencedError(f"ledger {lid} is fenced")
+        self._storage.add_entry(lid, eid, body)
+        records.append(JournalRecord(RecordType.ADD, lid, eid, body))
+        return hlac
+
+    def process_adds(self, adds: Sequence[pb.AddRequest], reply: Reply) -> None:
+        """Apply a batch; `reply` gets one response per add (same order) once all are durable."""
+        responses: list[pb.AddResponse | None] = [None] * len(adds)
+        records: list[JournalRecord] = []
+        accepted: list[tuple[int, int]] = []
+        read_only = self._read_only()
+        for i, add in enumerate(adds):
+            try:
+                if read_only:
+                    raise ReadOnlyError("bookie is read-only (disk usage above threshold)")
+                accepted.append((i, self._accept_add(add, records)))
+            except BookieError as e:
+                responses[i] = _add_response(add, e.status, str(e))
+        if not records:
+            reply([r for r in responses if r is not None])
+            return
+
+        def finish(exc: BaseException | None) -> None:
+            status = pb.EOK if exc is None else pb.EIO
+            detail = "" if exc is None else f"journal write failed: {exc}"
+            for i, lac in accepted:
+                add = adds[i]
+                responses[i] = _add_response(add, status, detail)
+                if exc is None:
+                    self.lac.advance(add.ledger_id, lac)
+            reply([r for r in responses if r is not None])
+
+        def done(exc: BaseException | None) -> None:
+            self._loop.call_soon_threadsafe(finish, exc)
+
+        try:
+            self._journal.submit(records, done)
+        except StorageIOError as e:
+            finish(e)
+
+    # ------------------------------------------------------------------ fencing and LAC
+
+    async def fence(self, ledger_id: int, key: bytes) -> None:
+        records: list[JournalRecord] = []
+        self._check_key(ledger_id, key, records)
+        if self._storage.set_fenced(ledger_id):
+            log.info("fenced ledger %d", ledger_id)
+        # Always journal: an earlier fence may still be in flight and must be durable before we answer.
+        records.append(JournalRecord(RecordType.FENCE, ledger_id, -1, b""))
+        await self._journal_async(records)
+
+    async def write_lac(self, req: pb.WriteLacRequest) -> None:
+        if req.ledger_id < 0 or req.lac < -1:
+            raise BadRequestError("ledger id must be >= 0 and lac >= -1")
+        if self._read_only():
+            raise ReadOnlyError("bookie is read-only (disk usage above threshold)")
+        records: list[JournalRecord] = []
+        self._check_key(req.ledger_id, req.master_key, records)
+        self._storage.set_explicit_lac(req.ledger_id, req.lac, req.body)
+        records.append(JournalRecord(RecordType.EXPLICIT_LAC, req.ledger_id, req.lac, req.body))
+        await self._journal_async(records)
+        self.lac.advance(req.ledger_id, req.lac)
+
+    # ------------------------------------------------------------------ reads
+
+    async def _in_executor(self, fn: Callable[..., T], *args: int) -> T:
+        if self._reads_in_flight >= self._cfg.in_flight_reads_max:
+            raise TooManyRequestsError(f"more than {self._cfg.in_flight_reads_max} reads in flight")
+        self._reads_in_flight += 1
+        try:
+            return await self._loop.run_in_executor(self._executor, fn, *args)
+        finally:
+            self._reads_in_flight -= 1
+
+    async def read(self, req: pb.ReadRequest) -> pb.ReadResponse:
+        lid, eid = req.ledger_id, req.entry_id
+        if lid < 0 or eid < -1:
+            raise BadRequestError(f"bad ids {lid}/{eid}: ledger >= 0, entry >= -1")
+        if req.flag == pb.FENCE_LEDGER:
+            await self.fence(lid, req.master_key)
+        if req.has_previous_lac:
+            return await self._long_poll(req)
+        if not self._storage.ledger_exists(lid):
+            raise NoLedgerError(f"no ledger {lid} on this bookie")
+        body = await self._in_executor(self._storage.get_entry, lid, eid)
+        if eid == -1:
+            eid = parse_header(body)[1]
+        return pb.ReadResponse(status=pb.EOK, ledger_id=lid, entry_id=eid, body=body)
+
+    async def _long_poll(self, req: pb.ReadRequest) -> pb.ReadResponse:
+        lid = req.ledger_id
+        if not self._storage.ledger_exists(lid):
+            raise NoLedgerError(f"no ledger {lid} on this bookie")
+        timeout_ms = min(max(req.timeout_ms, 0), self._cfg.long_poll_timeout_ms_max)
+        lac = await self.lac.wait_past(lid, req.previous_lac, timeout_ms / 1000.0)
+        resp = pb.ReadResponse(status=pb.EOK, ledger_id=lid, entry_id=req.entry_id, max_lac=lac)
+        if req.flag == pb.ENTRY_PIGGYBACK and 0 <= req.entry_id <= lac:
+            try:
+                body = await self._in_executor(self._storage.get_entry, lid, req.entry_id)
+                resp.body = body
+            except BookieError:
+                pass  # the LAC alone still answers the poll
+        return resp
+
+    async def read_range(self, req: pb.ReadRangeRequest) -> pb.ReadRangeResponse:
+        lid, first, last = req.ledger_id, req.first_entry_id, req.last_entry_id
+        if lid < 0 or first < 0 or last < first:
+            raise BadRequestError(f"bad range {lid}/[{first}, {last}]")
+        if not self._storage.ledger_exists(lid):
+            raise NoLedgerError(f"no ledger {lid} on this bookie")
+        limit = self._cfg.read_range_bytes_max
+        max_bytes = min(req.max_bytes, limit) if req.max_bytes > 0 else limit
+        bodies = await self._in_executor(self._storage.get_range, lid, first, last, max_bytes)
+        return pb.ReadRangeResponse(status=pb.EOK, ledger_id=lid, first_entry_id=first, bodies=bodies)
+
+    async def read_lac(self, req: pb.ReadLacRequest) -> pb.ReadLacResponse:
+        lid = req.ledger_id
+        if not self._storage.ledger_exists(lid):
+            raise NoLedgerError(f"no ledger {lid} on this bookie")
+        resp = pb.ReadLacResponse(status=pb.EOK, ledger_id=lid)
+        explicit = self._storage.explicit_lac(lid)
+        if explicit is not None:
+            resp.lac_body = explicit[1]
+        try:
+            last = await self._in_executor(self._storage.get_entry, lid, -1)
+            resp.last_entry_body = last
+        except BookieError:
+            pass
+        return resp
+
+
+def _settle(fut: asyncio.Future[None], exc: BaseException | None) -> None:
+    if fut.done():
+        return
+    if exc is None:
+        fut.set_result(None)
+    else:
+        fut.set_exception(StorageIOError(f"journal write failed: {exc}"))
+
+
+def _add_response(add: pb.AddRequest, status: pb.StatusCode, detail: str) -> pb.AddResponse:
+    return pb.AddResponse(status=status, ledger_id=add.ledger_id, entry_id=add.entry_id,
+                          request_id=add.request_id, detail=detail)

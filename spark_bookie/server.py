@@ -1,0 +1,131 @@
+"""The gRPC face of the bookie (grpc.aio): one servicer, statuses in the response, never a hang.
+
+Adds arrive on a bidirectional stream in batches; answers are merged into as few stream messages
+as possible. Each stream may have at most `in_flight_adds_per_stream_max` adds waiting for the
+journal; more get ETOOMANYREQUESTS at once instead of queueing without bound.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import shutil
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, TypeVar
+
+import grpc
+
+from ledger_client.protocol import bookkeeper_pb2 as pb
+from ledger_client.protocol import bookkeeper_pb2_grpc as pb_grpc
+
+from .errors import BookieError
+from .processor import RequestProcessor
+
+log = logging.getLogger(__name__)
+R = TypeVar("R")
+
+
+async def _guard(make: Callable[[], Awaitable[R]], error: Callable[[pb.StatusCode, str], R]) -> R:
+    try:
+        return await make()
+    except BookieError as e:
+        return error(e.status, str(e))
+    except Exception as e:  # a bug must not kill the connection: answer EIO and log it
+        log.exception("request failed")
+        return error(pb.EIO, f"internal error: {type(e).__name__}: {e}")
+
+
+class BookieServicer(pb_grpc.BookieServicer):
+    def __init__(self, processor: RequestProcessor, bookie_id: str, data_dirs: list[str],
+                 in_flight_adds_max: int, read_only: Callable[[], bool]) -> None:
+        self._p = processor
+        self._bookie_id = bookie_id
+        self._dirs = data_dirs
+        self._in_flight_max = in_flight_adds_max
+        self._read_only = read_only
+
+    async def AddStream(self, request_iterator: AsyncIterator[pb.AddBatch],  # noqa: N802
+                        context: Any) -> AsyncIterator[pb.AddBatchResponse]:
+        out: asyncio.Queue[list[pb.AddResponse] | None] = asyncio.Queue()
+        state = {"in_flight": 0, "eof": False}
+
+        def reply(resps: list[pb.AddResponse]) -> None:
+            state["in_flight"] -= len(resps)
+            out.put_nowait(resps)
+            if state["eof"] and state["in_flight"] == 0:
+                out.put_nowait(None)
+
+        async def read_requests() -> None:
+            try:
+                async for batch in request_iterator:
+                    adds = list(batch.adds)
+                    if state["in_flight"] + len(adds) > self._in_flight_max:
+                        out.put_nowait([pb.AddResponse(
+                            status=pb.ETOOMANYREQUESTS, ledger_id=a.ledger_id, entry_id=a.entry_id,
+                            request_id=a.request_id,
+                            detail=f"more than {self._in_flight_max} adds in flight on this stream")
+                            for a in adds])
+                        continue
+                    state["in_flight"] += len(adds)
+                    self._p.process_adds(adds, reply)
+            except (asyncio.CancelledError, grpc.RpcError):
+                pass
+            finally:
+                state["eof"] = True
+                if state["in_flight"] == 0:
+                    out.put_nowait(None)
+
+        reader = asyncio.get_running_loop().create_task(read_requests())
+        try:
+            while True:
+                item = await out.get()
+                if item is None:
+                    return
+                merged = list(item)
+                while not out.empty():  # coalesce everything already answered into one message
+                    more = out.get_nowait()
+                    if more is None:
+                        out.put_nowait(None)
+                        break
+                    merged.extend(more)
+                yield pb.AddBatchResponse(responses=merged)
+        finally:
+            reader.cancel()
+
+    async def Read(self, request: pb.ReadRequest, context: Any) -> pb.ReadResponse:  # noqa: N802
+        return await _guard(lambda: self._p.read(request), lambda s, d: pb.ReadResponse(
+            status=s, ledger_id=request.ledger_id, entry_id=request.entry_id, detail=d))
+
+    async def ReadRange(self, request: pb.ReadRangeRequest, context: Any) -> pb.ReadRangeResponse:  # noqa: N802
+        return await _guard(lambda: self._p.read_range(request), lambda s, d: pb.ReadRangeResponse(
+            status=s, ledger_id=request.ledger_id, first_entry_id=request.first_entry_id, detail=d))
+
+    async def ReadLac(self, request: pb.ReadLacRequest, context: Any) -> pb.ReadLacResponse:  # noqa: N802
+        return await _guard(lambda: self._p.read_lac(request), lambda s, d: pb.ReadLacResponse(
+            status=s, ledger_id=request.ledger_id, detail=d))
+
+    async def WriteLac(self, request: pb.WriteLacRequest, context: Any) -> pb.WriteLacResponse:  # noqa: N802
+        async def run() -> pb.WriteLacResponse:
+            await self._p.write_lac(request)
+            return pb.WriteLacResponse(status=pb.EOK, ledger_id=request.ledger_id)
+        return await _guard(run, lambda s, d: pb.WriteLacResponse(
+            status=s, ledger_id=request.ledger_id, detail=d))
+
+    async def GetBookieInfo(self, request: pb.BookieInfoRequest, context: Any) -> pb.BookieInfoResponse:  # noqa: N802
+        free, total = 0, 0
+        for d in self._dirs:
+            u = shutil.disk_usage(d)
+            free, total = free + u.free, total + u.total
+        return pb.BookieInfoResponse(status=pb.EOK, free_disk_bytes=free, total_disk_bytes=total,
+                                     read_only=self._read_only(), bookie_id=self._bookie_id)
+
+
+def grpc_options(message_bytes_max: int) -> list[tuple[str, int]]:
+    return [
+        ("grpc.max_receive_message_length", message_bytes_max),
+        ("grpc.max_send_message_length", message_bytes_max),
+        ("grpc.so_reuseport", 0),  # a second bookie on the same port must fail, not share it
+        ("grpc.keepalive_time_ms", 30_000),
+        ("grpc.http2.max_pings_without_data", 0),
+        ("grpc.keepalive_permit_without_calls", 1),
+    ]

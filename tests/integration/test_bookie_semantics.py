@@ -1,0 +1,220 @@
+"""Bookie semantics and bad input against real bookie processes."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import grpc
+import pytest
+from bookie_helpers import KEY, add_all, body, check_entry, dir_bytes, wait_until
+
+from ledger_client.protocol import bookkeeper_pb2 as pb
+from ledger_client.protocol.framing import master_key
+from ledger_client.transport import BookieClient
+from spark_bookie.zookeeper import free_port
+
+pytestmark = pytest.mark.integration
+
+
+def test_wrong_master_key_is_unauthorized(cluster_factory):
+    sb = cluster_factory(1)
+    with BookieClient(sb.bookies[0].bookie_id) as c:
+        assert add_all(c, 1, range(3))[-1].status == pb.EOK
+        wrong = master_key(b"not the password")
+        r = add_all(c, 1, range(3, 4), key=wrong)[0]
+        assert r.status == pb.EUA and "master key" in r.detail
+        assert c.read(1, 0, fence=True, master_key=wrong).status == pb.EUA
+        # Nothing was lost or fenced by the rejected requests.
+        assert add_all(c, 1, range(3, 4))[0].status == pb.EOK
+        for e in range(4):
+            check_entry(c, 1, e)
+
+
+def test_reads_of_unknown_ledger_and_entry(cluster_factory):
+    sb = cluster_factory(1)
+    with BookieClient(sb.bookies[0].bookie_id) as c:
+        assert c.read(404, 0).status == pb.ENOLEDGER
+        add_all(c, 2, range(3))
+        assert c.read(2, 5).status == pb.ENOENTRY
+        r = c.read(2, -1)
+        assert r.status == pb.EOK and r.entry_id == 2 and r.body == body(2, 2)
+        rr = c.read_range(2, 0, 10)
+        assert rr.status == pb.EOK and list(rr.bodies) == [body(2, e) for e in range(3)]
+
+
+def test_malformed_and_oversized_requests(cluster_factory):
+    sb = cluster_factory(1, entry_size_bytes_max=64 * 1024, grpc_message_bytes_max=1 << 20)
+    addr = sb.bookies[0].bookie_id
+    with BookieClient(addr) as c:
+        big = add_all(c, 4, range(1), size=100 * 1024)[0]
+        assert big.status == pb.EBADREQ and "entry_size_bytes_max" in big.detail
+        mismatch = c.add(4, 1, KEY, body(4, 2)).result(timeout=10)
+        assert mismatch.status == pb.EBADREQ and "header" in mismatch.detail
+        short = c.add(4, 1, KEY, b"tiny").result(timeout=10)
+        assert short.status == pb.EBADREQ
+        neg = c.add(-4, 1, KEY, body(-4, 1)).result(timeout=10)
+        assert neg.status == pb.EBADREQ
+        badkey = c.add(4, 1, b"short", body(4, 1)).result(timeout=10)
+        assert badkey.status == pb.EBADREQ and "master key" in badkey.detail
+        assert c.read(4, -7).status == pb.EBADREQ
+        assert c.read_range(4, 5, 1).status == pb.EBADREQ
+    # Bytes that are not a protobuf message at all, and a message over the gRPC limit.
+    with grpc.insecure_channel(addr) as ch:
+        raw = ch.unary_unary("/spark_bookie.v1.Bookie/Read")
+        with pytest.raises(grpc.RpcError) as ei:
+            raw(b"\xff\xff\xff\xff garbage", timeout=10)
+        assert ei.value.code() in (grpc.StatusCode.UNKNOWN, grpc.StatusCode.INTERNAL)
+        assert "parsing" in ei.value.details() or "corrupt" in ei.value.details()
+        huge = pb.ReadRangeRequest(ledger_id=1, first_entry_id=0, last_entry_id=0).SerializeToString() + \
+            pb.ReadRequest(master_key=b"x" * (2 << 20)).SerializeToString()
+        with pytest.raises(grpc.RpcError) as ei:
+            ch.unary_unary("/spark_bookie.v1.Bookie/ReadRange")(huge, timeout=10)
+        assert ei.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    # The bookie keeps serving.
+    with BookieClient(addr) as c:
+        assert add_all(c, 4, range(2))[-1].status == pb.EOK
+        check_entry(c, 4, 1)
+        assert c.info().status == pb.EOK
+
+
+def test_too_many_adds_in_flight(cluster_factory):
+    sb = cluster_factory(1, in_flight_adds_per_stream_max=50)
+    with BookieClient(sb.bookies[0].bookie_id, batch_entries_max=500) as c:
+        # Queue many adds at once: one batch of more than 50 exceeds the stream's bound.
+        statuses = {r.status for r in add_all(c, 6, range(400))}
+        assert pb.ETOOMANYREQUESTS in statuses
+        resp = add_all(c, 6, range(400, 401))
+        assert resp[0].status == pb.EOK
+
+
+def test_read_only_mode_engages_and_clears(cluster_factory, tmp_path):
+    probe = shutil.disk_usage(tmp_path)
+    used = (probe.total - probe.free) / probe.total
+    step = max(0.002, (256 << 20) / probe.total)  # at least 256 MiB between the marks
+    threshold, lwm = used + 2 * step, used + step
+    filler_bytes = int(3 * step * probe.total)
+    assert probe.free > 2 * filler_bytes, f"need {2 * filler_bytes} free bytes on {tmp_path} for this test"
+    sb = cluster_factory(1, disk_usage_threshold=threshold, disk_usage_lwm=lwm, disk_check_interval_ms=100)
+    b = sb.bookies[0]
+    store = sb.store
+    with BookieClient(b.bookie_id) as c:
+        add_all(c, 8, range(5))
+        filler = tmp_path / "filler.bin"
+        with open(filler, "wb") as f:
+            os.posix_fallocate(f.fileno(), 0, filler_bytes)
+        try:
+            wait_until(lambda: b.bookie_id in store.list_bookies(readonly=True),
+                       what="read-only registration")
+            assert b.bookie_id not in store.list_bookies()
+            r = add_all(c, 8, range(5, 6))[0]
+            assert r.status == pb.EREADONLY
+            assert c.info().read_only
+            check_entry(c, 8, 4)  # reads are still served
+        finally:
+            filler.unlink()
+        wait_until(lambda: b.bookie_id in store.list_bookies(), what="writable registration")
+        assert b.bookie_id not in store.list_bookies(readonly=True)
+        assert add_all(c, 8, range(5, 6))[0].status == pb.EOK
+
+
+def test_gc_frees_a_deleted_ledgers_space(cluster_factory):
+    sb = cluster_factory(1, entry_log_size_bytes_max=1 << 20, gc_interval_ms=300, flush_interval_ms=200)
+    b = sb.bookies[0]
+    sb.store.create_ledger_node(11, b"")
+    sb.store.create_ledger_node(12, b"")
+    size = 8 * 1024
+    with BookieClient(b.bookie_id) as c:
+        add_all(c, 11, range(1500), size=size)   # ~12 MB in many entry logs
+        add_all(c, 12, range(50), size=size)
+        wait_until(lambda: dir_bytes(b.ledger_dir) > 10e6, what="entries flushed to entry logs")
+        before = dir_bytes(b.ledger_dir)
+        sb.store.delete_ledger_node(11)
+        wait_until(lambda: dir_bytes(b.ledger_dir) < before - 8e6, timeout_s=60, what="GC to reclaim space")
+        assert c.read(11, 0).status == pb.ENOLEDGER
+        for e in range(50):
+            check_entry(c, 12, e, size=size)
+
+
+# ---------------------------------------------------------------------- refusals to start
+
+def _run_bookie(zk: str, port: int, journal: Path, ledgers: Path, *extra: str,
+                timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    cmd = [sys.executable, "-m", "spark_bookie.cli", "bookie", "--zk", zk, "--port", str(port),
+           "--journal-dir", str(journal), "--ledger-dir", str(ledgers), *extra]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+
+
+def test_cookie_refusals(cluster_factory, tmp_path):
+    sb = cluster_factory(1)
+    b = sb.bookies[0]
+    with BookieClient(b.bookie_id) as c:
+        add_all(c, 1, range(3))
+    assert b.stop() == 0  # clean shutdown on SIGTERM
+    zk, port, j, lg = sb.connect_string, b.port, b.journal_dir, b.ledger_dir
+
+    swapped = _run_bookie(zk, port, lg, j)
+    assert swapped.returncode == 2 and "swapped" in swapped.stderr, swapped.stderr
+
+    other_port = _run_bookie(zk, free_port(), j, lg)
+    assert other_port.returncode == 2 and "port" in other_port.stderr, other_port.stderr
+
+    saved = tmp_path / "saved-journal"
+    shutil.move(str(j), str(saved))
+    j.mkdir()
+    emptied = _run_bookie(zk, port, j, lg)
+    assert emptied.returncode == 2 and "no cookie" in emptied.stderr, emptied.stderr
+    shutil.rmtree(j)
+    shutil.move(str(saved), str(j))
+
+    cookie = sb.store.read_cookie(b.bookie_id)
+    sb.store.delete_cookie(b.bookie_id, cookie[1])
+    no_zk_cookie = _run_bookie(zk, port, j, lg)
+    assert no_zk_cookie.returncode == 2 and "ZooKeeper has none" in no_zk_cookie.stderr
+    sb.store.write_cookie(b.bookie_id, cookie[0], None)
+
+    # With everything put back, the same bookie starts and still has its data.
+    sb.restart(b)
+    with BookieClient(b.bookie_id) as c:
+        for e in range(3):
+            check_entry(c, 1, e)
+
+
+def test_bad_directory_port_in_use_and_zookeeper_down(cluster_factory, tmp_path):
+    sb = cluster_factory(1)
+    zk = sb.connect_string
+    a_file = tmp_path / "not-a-dir"
+    a_file.write_text("x")
+    r = _run_bookie(zk, free_port(), a_file, tmp_path / "l1")
+    assert r.returncode == 2 and "not a directory" in r.stderr, r.stderr
+
+    r = _run_bookie(zk, sb.bookies[0].port, tmp_path / "j2", tmp_path / "l2")
+    assert r.returncode == 2 and "already in use" in r.stderr, r.stderr
+
+    conf = tmp_path / "fast.toml"
+    conf.write_text("[bookie]\nzk_connect_timeout_ms = 2000\n")
+    t0 = time.monotonic()
+    r = _run_bookie(f"127.0.0.1:{free_port()}", free_port(), tmp_path / "j3", tmp_path / "l3",
+                    "--conf", str(conf))
+    assert r.returncode == 2 and "ZooKeeper" in r.stderr, r.stderr
+    assert time.monotonic() - t0 < 30
+
+    conf.write_text("[bookie]\nno_such_key = 1\n")
+    r = _run_bookie(zk, free_port(), tmp_path / "j4", tmp_path / "l4", "--conf", str(conf))
+    assert r.returncode == 2 and "no_such_key" in r.stderr, r.stderr
+
+
+def test_restart_waits_for_stale_registration(cluster_factory):
+    sb = cluster_factory(1)
+    b = sb.bookies[0]
+    b.kill()
+    assert b.bookie_id in sb.store.list_bookies()  # the dead session's ephemeral node lingers
+    t0 = time.monotonic()
+    sb.restart(b)
+    with BookieClient(b.bookie_id) as c:
+        assert c.info().status == pb.EOK
+    assert time.monotonic() - t0 < 30
