@@ -156,7 +156,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     from .bench import add_bench_parser
 
-    add_bench_parser(sub.add_parser("bench", help="benchmarks against same-run baselines"))
+    p = sub.add_parser("bench", help="benchmarks against same-run baselines")
+    add_bench_parser(p)
+    p.set_defaults(func=cmd_bench)
     return ap
 
 

@@ -31,7 +31,7 @@ class BookieConfig:
     ledger_dirs: tuple[str, ...] = ()
     registration_wait_ms_max: int = 60_000      # wait this long for a stale znode of ours to expire
     # ---- journal
-    group_commit_wait_ms: float = 1.0           # how long a group may wait for more records
+    group_commit_wait_ms: float = 0.0           # extra wait for more records (0: what queued during an fsync)
     group_commit_bytes_max: int = 4 * 1024 * 1024
     journal_file_size_bytes_max: int = 256 * 1024 * 1024
     journal_preallocate_bytes: int = 16 * 1024 * 1024
