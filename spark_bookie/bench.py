@@ -232,9 +232,9 @@ def _report(res: dict[str, Any]) -> None:
     rows.append(("bookie: durable 1 KiB adds, 1 client", f"{adds['adds_per_s']:,.0f} adds/s",
                  f"saturated ({res['window']:,} in flight): p50 {adds['p50_ms']:.1f} ms, "
                  f"p99 {adds['p99_ms']:.1f} ms (goal >= {GOAL_ADDS_PER_S:,}/s)"))
-    for rate in (1_000, 10_000):
-        a = res[f"bookie_adds_at_{rate}"]
-        rows.append((f"bookie: offered {rate:,} adds/s", f"{a['adds_per_s']:,.0f} adds/s",
+    for offered in (1_000, 10_000):
+        a = res[f"bookie_adds_at_{offered}"]
+        rows.append((f"bookie: offered {offered:,} adds/s", f"{a['adds_per_s']:,.0f} adds/s",
                      f"p50 {a['p50_ms']:.2f} ms, p99 {a['p99_ms']:.2f} ms, p999 {a['p999_ms']:.2f} ms"))
     w = max(len(r[0]) for r in rows)
     print()
