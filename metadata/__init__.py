@@ -1,4 +1,6 @@
-"""Cluster metadata: the store interface, its ZooKeeper implementation and an in-memory twin.
+"""Cluster metadata: the ledger metadata model (:mod:`metadata.model`), its pure transitions
+(:mod:`metadata.transitions`), the one CAS update loop (:func:`update_ledger`), and the store
+interface with its ZooKeeper implementation and an in-memory twin.
 
 Imports nothing else of the project. kazoo is imported only under ``metadata.zk`` and only when a
 ZooKeeper store is actually made, so the pure parts (layout, errors, the in-memory twin) stay cheap.
@@ -6,11 +8,16 @@ ZooKeeper store is actually made, so the pure parts (layout, errors, the in-memo
 
 from __future__ import annotations
 
+from metadata import transitions
 from metadata.errors import (
     BadVersionError,
     InvalidConnectStringError,
+    InvalidMetadataError,
+    LedgerAlreadyClosedError,
+    LedgerClosedConflict,
     MetadataError,
     MetadataUnavailableError,
+    MetadataUpdateConflictError,
     NodeExistsError,
     NoNodeError,
     SessionExpiredError,
@@ -18,17 +25,27 @@ from metadata.errors import (
 )
 from metadata.layout import ConnectInfo, ZkLayout, parse_connect_string
 from metadata.memory import InMemoryMetadataStore, InMemoryZooKeeper
+from metadata.model import DigestType, LedgerMetadata, LedgerState, decode, encode, master_key
 from metadata.store import MetadataStore, SessionEvent, SessionListener
+from metadata.transitions import begin_recovery, close, replace_bookie, set_fragment, unchanged
+from metadata.update import update_ledger
 
 __all__ = [
     "BadVersionError",
     "ConnectInfo",
+    "DigestType",
     "InMemoryMetadataStore",
     "InMemoryZooKeeper",
     "InvalidConnectStringError",
+    "InvalidMetadataError",
+    "LedgerAlreadyClosedError",
+    "LedgerClosedConflict",
+    "LedgerMetadata",
+    "LedgerState",
     "MetadataError",
     "MetadataStore",
     "MetadataUnavailableError",
+    "MetadataUpdateConflictError",
     "NoNodeError",
     "NodeExistsError",
     "SessionEvent",
@@ -36,8 +53,18 @@ __all__ = [
     "SessionListener",
     "StoreClosedError",
     "ZkLayout",
+    "begin_recovery",
+    "close",
     "connect",
+    "decode",
+    "encode",
+    "master_key",
     "parse_connect_string",
+    "replace_bookie",
+    "set_fragment",
+    "transitions",
+    "unchanged",
+    "update_ledger",
 ]
 
 MEMORY_SCHEME = "memory://"

@@ -41,3 +41,24 @@ class SessionExpiredError(MetadataError):
 
 class StoreClosedError(MetadataError):
     """The store was closed; no further operations are possible on it."""
+
+
+class InvalidMetadataError(MetadataError, ValueError):
+    """Ledger metadata (or a change to it) breaks the model's rules, or its stored bytes cannot be
+    decoded. Never retried: the same input would fail again."""
+
+
+class LedgerClosedConflict(MetadataError):
+    """Closing a ledger that is already closed at a different end (last entry id or length).
+
+    Two parties disagree about where the ledger ends; the first close won and the loser must not
+    pretend otherwise (the client reports it as a metadata version error, as BookKeeper does).
+    """
+
+
+class LedgerAlreadyClosedError(MetadataError):
+    """A change that only an unclosed ledger accepts (an ensemble change) met a closed ledger."""
+
+
+class MetadataUpdateConflictError(BadVersionError):
+    """The compare-and-set update loop lost the race too many times in a row and gave up."""

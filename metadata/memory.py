@@ -15,7 +15,9 @@ import itertools
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 
 from metadata.errors import (
     BadVersionError,
@@ -26,7 +28,8 @@ from metadata.errors import (
     StoreClosedError,
 )
 from metadata.layout import LAYOUT_TEXT, ZkLayout, is_bucket_name, is_ledger_node_name
-from metadata.store import MetadataStore, SessionEvent, SessionListener, SessionWorker
+from metadata.store import MetadataStore, SessionEvent, SessionListener, SessionWorker, parse_bookie_info
+from metadata.watches import BookiesWatchCallback, BookiesWatchState, LedgerWatchCallback, LedgerWatchState
 
 _REREGISTER_RETRY_S = 0.2
 
@@ -37,6 +40,7 @@ class _Node:
     version: int = 0
     owner: int | None = None  # session id of an ephemeral node
     children: set[str] = field(default_factory=set)
+    sequence: int = 0  # next number a sequential child would get (ZooKeeper's parent counter)
 
 
 def _parent(path: str) -> str:
@@ -57,6 +61,7 @@ class InMemoryZooKeeper:
         self._sessions: dict[int, InMemoryMetadataStore] = {}
         self._session_ids = itertools.count(1)
         self._available = True
+        self._watchers: list[Callable[[str], None]] = []
 
     @classmethod
     def named(cls, name: str) -> InMemoryZooKeeper:
@@ -101,6 +106,39 @@ class InMemoryZooKeeper:
     def available(self) -> bool:
         return self._available
 
+    # -- change hooks (the twin of ZooKeeper watches) ------------------------------------------
+    @property
+    def lock(self) -> threading.Condition:
+        """The tree's lock: hold it to read a node and subscribe to its changes atomically."""
+        return self._cond
+
+    def add_watcher(self, watcher: Callable[[str], None]) -> None:
+        """Call ``watcher(path)`` after every create, update and delete, *with the lock held*:
+        it may read the tree (:meth:`peek`, :meth:`peek_children`) and must not block."""
+        with self._cond:
+            self._watchers.append(watcher)
+
+    def remove_watcher(self, watcher: Callable[[str], None]) -> None:
+        with self._cond:
+            if watcher in self._watchers:
+                self._watchers.remove(watcher)
+
+    def _changed(self, path: str) -> None:
+        for watcher in list(self._watchers):
+            watcher(path)
+
+    def peek(self, path: str) -> tuple[bytes, int] | None:
+        """``(data, version)`` ignoring availability (for watchers reporting a change)."""
+        with self._cond:
+            node = self._nodes.get(path)
+            return None if node is None else (node.data, node.version)
+
+    def peek_children(self, path: str) -> tuple[list[str], int]:
+        """``(children, child version)`` ignoring availability; ``([], -1)`` for a missing node."""
+        with self._cond:
+            node = self._nodes.get(path)
+            return ([], -1) if node is None else (sorted(node.children), node.sequence)
+
     # -- tree primitives (callers hold no lock; every primitive takes it) ---------------------
     def check_available(self, what: str) -> None:
         if not self._available:
@@ -118,6 +156,8 @@ class InMemoryZooKeeper:
                 self.create(parent, b"", makepath=True)
             self._nodes[path] = _Node(bytes(data), owner=owner)
             self._nodes[parent].children.add(path.rsplit("/", 1)[1])
+            self._nodes[parent].sequence += 1
+            self._changed(path)
             self._cond.notify_all()
 
     def get(self, path: str) -> tuple[bytes, int, int | None] | None:
@@ -136,7 +176,20 @@ class InMemoryZooKeeper:
                 raise BadVersionError(f"{path} is at version {node.version}, not {version}")
             node.data = bytes(data)
             node.version += 1
+            self._changed(path)
             return node.version
+
+    def next_sequence(self, path: str) -> int:
+        """The number a sequential child of ``path`` would get now (and consume it), without
+        creating the child: what the id generator needs of ZooKeeper's sequential nodes."""
+        with self._cond:
+            self.check_available(f"sequence {path}")
+            node = self._nodes.get(path)
+            if node is None:
+                raise NoNodeError(f"{path} does not exist")
+            number = node.sequence
+            node.sequence += 1
+            return number
 
     def delete(self, path: str, version: int = -1) -> None:
         with self._cond:
@@ -153,7 +206,10 @@ class InMemoryZooKeeper:
 
     def _remove(self, path: str) -> None:
         del self._nodes[path]
-        self._nodes[_parent(path)].children.discard(path.rsplit("/", 1)[1])
+        parent = self._nodes[_parent(path)]
+        parent.children.discard(path.rsplit("/", 1)[1])
+        parent.sequence += 1
+        self._changed(path)
 
     def children(self, path: str) -> list[str] | None:
         with self._cond:
@@ -183,6 +239,11 @@ class InMemoryMetadataStore(MetadataStore):
         self._registrations: dict[str, bytes] = {}
         self._closed = False
         self._worker = SessionWorker("memory-metadata")
+        self._watch_worker = SessionWorker("memory-metadata-watches")
+        self._watch_lock = threading.Lock()
+        self._ledger_watches: dict[str, list[LedgerWatchState]] = {}
+        self._bookie_watches: list[BookiesWatchState] = []
+        self.zk.add_watcher(self._on_change)
         self.session_id = self.zk._open_session(self)
 
     def __repr__(self) -> str:
@@ -203,6 +264,7 @@ class InMemoryMetadataStore(MetadataStore):
         with self._lock:
             self._closed = True
             self._registrations.clear()
+        self._stop_watches()
         self._worker.close()
         self.zk.expire_later(self.session_id)
 
@@ -248,7 +310,7 @@ class InMemoryMetadataStore(MetadataStore):
     def init_cluster(self) -> str:
         self._check("init cluster")
         p = self.paths
-        for path in (p.root, p.available, p.available_readonly, p.cookies, p.underreplication):
+        for path in (p.root, p.available, p.available_readonly, p.cookies, p.underreplication, p.idgen):
             self._create_if_absent(path, b"")
         layout = self._create_if_absent(p.layout, LAYOUT_TEXT.encode())
         if layout.decode(errors="replace") != LAYOUT_TEXT:
@@ -375,9 +437,111 @@ class InMemoryMetadataStore(MetadataStore):
         got = self.zk.get(self.paths.ledger(ledger_id))
         return None if got is None else (got[0], got[1])
 
+    def write_ledger_node(self, ledger_id: int, data: bytes, version: int) -> int:
+        path = self.paths.ledger(ledger_id)
+        self._check(f"update {path}")
+        try:
+            return self.zk.set(path, data, version)
+        except NoNodeError as e:
+            raise NoNodeError(f"ledger {ledger_id} does not exist ({path})") from e
+        except BadVersionError as e:
+            raise BadVersionError(f"ledger {ledger_id} changed since version {version} ({path})") from e
+
     def delete_ledger_node(self, ledger_id: int, version: int = -1) -> None:
         self._check("delete ledger")
         self.zk.delete(self.paths.ledger(ledger_id), version)
+
+    def generate_ledger_id(self) -> int:
+        """A counter per cluster root (the twin of ZooKeeper's sequential nodes); starts at 1."""
+        self._check("generate ledger id")
+        idgen = self.paths.idgen
+        if self.zk.get(self.paths.root) is None:
+            raise NoNodeError(f"no cluster at {self.paths.root}: run `spark-bookie init` first")
+        self._create_if_absent(idgen, b"")  # clusters initialised before ids were generated here
+        while True:
+            ledger_id = self.zk.next_sequence(idgen)
+            if ledger_id > 0:
+                return ledger_id
+
+    # -- watches ----------------------------------------------------------------------------
+    def _on_change(self, path: str) -> None:
+        """Tree hook, called with the tree's lock held: snapshot and queue, never block."""
+        with self._watch_lock:
+            ledger_watches = self._ledger_watches.get(path, [])
+            node = self.zk.peek(path) if ledger_watches else None
+            if ledger_watches and node is None:
+                del self._ledger_watches[path]  # deleted: each watch reports it once and ends
+            for lw in ledger_watches:
+                self._watch_worker.submit(partial(lw.deliver, *(node or (None, -1))))
+            parent = path.rsplit("/", 1)[0]
+            if self._bookie_watches and parent in (self.paths.available, self.paths.available_readonly):
+                readonly = parent == self.paths.available_readonly
+                names, cversion = self.zk.peek_children(parent)
+                for bw in self._bookie_watches:
+                    self._watch_worker.submit(partial(bw.deliver, readonly, names, cversion))
+
+    def watch_ledger_metadata(self, ledger_id: int, callback: LedgerWatchCallback) -> Callable[[], None]:
+        path = self.paths.ledger(ledger_id)
+        state = LedgerWatchState(ledger_id, callback)
+        with self.zk.lock:  # read and subscribe atomically: no change can fall in between
+            self._check(f"watch {path}")
+            node = self.zk.peek(path)
+            with self._watch_lock:
+                if node is not None:
+                    self._ledger_watches.setdefault(path, []).append(state)
+                self._watch_worker.submit(partial(state.deliver, *(node or (None, -1))))
+
+        def cancel() -> None:
+            state.cancel()
+            with self._watch_lock:
+                watches = self._ledger_watches.get(path, [])
+                if state in watches:
+                    watches.remove(state)
+                if not watches:
+                    self._ledger_watches.pop(path, None)
+
+        return cancel
+
+    def watch_bookies(self, callback: BookiesWatchCallback) -> Callable[[], None]:
+        state = BookiesWatchState(callback)
+        with self.zk.lock:
+            self._check("watch bookies")
+            if self.zk.peek(self.paths.available) is None:
+                raise NoNodeError(f"no cluster at {self.paths.root}: run `spark-bookie init` first")
+            with self._watch_lock:
+                self._bookie_watches.append(state)
+                parents = ((False, self.paths.available), (True, self.paths.available_readonly))
+                for readonly, parent in parents:
+                    names, cversion = self.zk.peek_children(parent)
+                    self._watch_worker.submit(partial(state.deliver, readonly, names, cversion))
+
+        def cancel() -> None:
+            state.cancel()
+            with self._watch_lock:
+                if state in self._bookie_watches:
+                    self._bookie_watches.remove(state)
+
+        return cancel
+
+    def _stop_watches(self) -> None:
+        self.zk.remove_watcher(self._on_change)
+        with self._watch_lock:
+            for watches in self._ledger_watches.values():
+                for lw in watches:
+                    lw.cancel()
+            for bw in self._bookie_watches:
+                bw.cancel()
+            self._ledger_watches.clear()
+            self._bookie_watches.clear()
+        self._watch_worker.close()
+
+    def bookie_info(self, bookie_id: str) -> dict[str, str]:
+        self._check("bookie info")
+        for readonly in (False, True):
+            got = self.zk.get(self.paths.bookie(bookie_id, readonly=readonly))
+            if got is not None:
+                return parse_bookie_info(got[0])
+        return {}
 
     def close(self) -> None:
         """End the session: its ephemeral nodes go at once, as with a clean ZooKeeper close."""
@@ -386,5 +550,6 @@ class InMemoryMetadataStore(MetadataStore):
                 return
             self._closed = True
             self._registrations.clear()
+        self._stop_watches()
         self._worker.close()
         self.zk.expire_session(self.session_id)

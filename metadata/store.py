@@ -9,11 +9,16 @@ from __future__ import annotations
 
 import abc
 import enum
+import json
 import logging
 import queue
 import threading
 from collections.abc import Callable
 from types import TracebackType
+
+from metadata.errors import NoNodeError
+from metadata.model import LedgerMetadata, decode, encode
+from metadata.watches import BookiesWatchCallback, LedgerWatchCallback
 
 log = logging.getLogger(__name__)
 
@@ -92,8 +97,77 @@ class MetadataStore(abc.ABC):
         """``(data, version)`` of the ledger's metadata node, or None."""
 
     @abc.abstractmethod
+    def write_ledger_node(self, ledger_id: int, data: bytes, version: int) -> int:
+        """CAS-update the ledger's metadata node; returns the new version.
+
+        BadVersionError if the node is not at ``version``, NoNodeError if it does not exist.
+        """
+
+    @abc.abstractmethod
     def delete_ledger_node(self, ledger_id: int, version: int = -1) -> None:
         """Delete the ledger's metadata node (CAS unless ``version=-1``); NoNodeError if absent."""
+
+    # -- typed ledger metadata (the raw nodes above hold :func:`metadata.model.encode` bytes) --
+    @abc.abstractmethod
+    def generate_ledger_id(self) -> int:
+        """A new ledger id: positive, never handed out before in this cluster, roughly increasing.
+
+        NoNodeError if the cluster was never initialised.
+        """
+
+    def create_ledger_metadata(self, md: LedgerMetadata) -> int:
+        """Store a new ledger's metadata; returns its version (0). NodeExistsError if the id is taken."""
+        return self.create_ledger_node(md.ledger_id, encode(md))
+
+    def read_ledger_metadata(self, ledger_id: int) -> tuple[LedgerMetadata, int]:
+        """``(metadata, version)``; NoNodeError if the ledger does not exist, InvalidMetadataError
+        if its node cannot be decoded."""
+        got = self.read_ledger_node(ledger_id)
+        if got is None:
+            raise NoNodeError(f"ledger {ledger_id} does not exist")
+        return decode(got[0], ledger_id), got[1]
+
+    def write_ledger_metadata(self, md: LedgerMetadata, version: int) -> int:
+        """CAS-replace the ledger's metadata (BadVersionError if it moved on); returns the new version.
+
+        Use :func:`metadata.update.update_ledger` rather than calling this directly: it retries
+        lost races through the transition that decides what may change.
+        """
+        if version < 0:
+            raise ValueError(f"ledger metadata is only written by compare-and-set, got version {version}")
+        return self.write_ledger_node(md.ledger_id, encode(md), version)
+
+    def delete_ledger_metadata(self, ledger_id: int, version: int = -1) -> None:
+        """Delete the ledger's metadata (CAS unless ``version=-1``); NoNodeError if absent."""
+        self.delete_ledger_node(ledger_id, version)
+
+    def list_ledgers(self) -> list[int]:
+        """Every ledger id, ascending (complete or an exception, like :meth:`ledger_ids`)."""
+        return sorted(self.ledger_ids())
+
+    @abc.abstractmethod
+    def watch_ledger_metadata(self, ledger_id: int, callback: LedgerWatchCallback) -> Callable[[], None]:
+        """Call ``callback(metadata, version)`` now and on every later change of the ledger.
+
+        ``(None, -1)`` is reported once when the ledger does not exist or is deleted, and ends the
+        watch. Callbacks run on the store's watch thread (never the ZooKeeper client's), one at a
+        time, in order; they survive reconnections and session loss. Returns a cancel function
+        (idempotent) after which no callback starts. Raises MetadataUnavailableError if the watch
+        could not be set within the store's deadline.
+        """
+
+    @abc.abstractmethod
+    def watch_bookies(self, callback: BookiesWatchCallback) -> Callable[[], None]:
+        """Call ``callback(writable, readonly)`` (sorted bookie ids) now and whenever either changes.
+
+        Same threading, cancel and deadline rules as :meth:`watch_ledger_metadata`; NoNodeError if
+        the cluster was never initialised.
+        """
+
+    @abc.abstractmethod
+    def bookie_info(self, bookie_id: str) -> dict[str, str]:
+        """The JSON registration data of a registered bookie (writable or read-only), e.g.
+        ``{"id", "address", "network_location"}``; ``{}`` if not registered or not a JSON object."""
 
     # -- session ----------------------------------------------------------------------------
     @abc.abstractmethod
@@ -114,6 +188,18 @@ class MetadataStore(abc.ABC):
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.close()
+
+
+def parse_bookie_info(data: bytes) -> dict[str, str]:
+    """A registration node's JSON object as ``str -> str`` ({} if it is not one): the bookie
+    writes what clients need to reach it, and an old or foreign bookie may write nothing."""
+    try:
+        value = json.loads(data.decode())
+    except (UnicodeDecodeError, ValueError):
+        return {}
+    if not isinstance(value, dict):
+        return {}
+    return {str(k): v if isinstance(v, str) else json.dumps(v) for k, v in value.items()}
 
 
 class SessionWorker:

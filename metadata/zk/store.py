@@ -9,6 +9,7 @@ the listeners and re-creates the ephemeral registrations after a session was los
 from __future__ import annotations
 
 import logging
+import re
 import threading
 import time
 import uuid
@@ -19,6 +20,7 @@ from typing import Any
 from kazoo import exceptions as kz
 from kazoo.client import KazooClient, KazooState
 from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.protocol.states import EventType, WatchedEvent
 from kazoo.retry import KazooRetry
 
 from metadata.errors import (
@@ -31,7 +33,8 @@ from metadata.errors import (
     StoreClosedError,
 )
 from metadata.layout import LAYOUT_TEXT, ZkLayout, is_bucket_name, is_ledger_node_name, parse_connect_string
-from metadata.store import MetadataStore, SessionEvent, SessionListener, SessionWorker
+from metadata.store import MetadataStore, SessionEvent, SessionListener, SessionWorker, parse_bookie_info
+from metadata.watches import BookiesWatchCallback, BookiesWatchState, LedgerWatchCallback, LedgerWatchState
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +42,12 @@ _TRANSIENT = (kz.ConnectionLoss, kz.OperationTimeoutError, kz.SessionMovedError)
 _BATCH = 256  # outstanding requests per round trip when walking the ledger tree
 _POLL_S = 0.25  # how often a conflicting registration is re-checked
 _REREGISTER_RETRY_S = 1.0
+_REARM_RETRY_S = 1.0
+#: ZooKeeper's sequence counter is a signed 32-bit int: ids use it for their low 31 bits and move
+#: to the next high-order-bits node (``HOB-<n>``) when it reaches this (LongZkLedgerIdGenerator).
+IDGEN_LOW_LIMIT = 2**31 - 1
+_HOB_PREFIX = "HOB-"
+_HOB_RE = re.compile(_HOB_PREFIX + r"\d{10}")
 
 
 class ZkMetadataStore(MetadataStore):
@@ -67,6 +76,10 @@ class ZkMetadataStore(MetadataStore):
         self._connected = threading.Event()
         self._closed = False
         self._worker = SessionWorker(f"zk-metadata[{info.hosts_string}]")
+        self._watch_worker = SessionWorker(f"zk-metadata-watches[{info.hosts_string}]")
+        self._watches: set[_ZkWatch] = set()
+        self._idgen_low_limit = IDGEN_LOW_LIMIT
+        self._hob: int | None = None  # the id generator's current high-order bits (a cache)
         self._client = KazooClient(
             hosts=info.hosts_string,
             timeout=session_timeout_ms / 1000,
@@ -78,6 +91,7 @@ class ZkMetadataStore(MetadataStore):
         except KazooTimeoutError as e:
             self._closed = True
             self._worker.close()
+            self._watch_worker.close()
             raise MetadataUnavailableError(
                 f"could not connect to ZooKeeper at {info.hosts_string} within {connect_timeout_ms} ms"
             ) from e
@@ -169,8 +183,16 @@ class ZkMetadataStore(MetadataStore):
             self._worker.notify(SessionEvent.LOST)
 
     def _after_connected(self) -> None:
-        """Worker thread: make sure our registrations exist on this session, then tell listeners."""
+        """Worker thread: make sure our registrations exist on this session, then tell listeners.
+
+        kazoo drops every watch when the connection is lost (it does not re-send them), so each
+        reconnection also re-arms our watches, which then report whatever changed meanwhile.
+        """
         self._ensure_registrations()
+        with self._lock:
+            watches = list(self._watches)
+        for watch in watches:
+            self._watch_worker.submit(watch.refresh)
         self._worker.notify(SessionEvent.CONNECTED)
 
     def _ensure_registrations(self) -> None:
@@ -197,7 +219,7 @@ class ZkMetadataStore(MetadataStore):
     def init_cluster(self) -> str:
         deadline = self._deadline()
         p = self.paths
-        for path in (p.root, p.available, p.available_readonly, p.cookies, p.underreplication):
+        for path in (p.root, p.available, p.available_readonly, p.cookies, p.underreplication, p.idgen):
             self._create_if_absent(path, b"", deadline)
         layout = self._create_if_absent(p.layout, LAYOUT_TEXT.encode(), deadline)
         if layout.decode(errors="replace") != LAYOUT_TEXT:
@@ -393,8 +415,107 @@ class ZkMetadataStore(MetadataStore):
     def read_ledger_node(self, ledger_id: int) -> tuple[bytes, int] | None:
         return self._read(self.paths.ledger(ledger_id))
 
+    def write_ledger_node(self, ledger_id: int, data: bytes, version: int) -> int:
+        path = self.paths.ledger(ledger_id)
+        try:
+            stat = self._call(
+                f"update {path}",
+                partial(self._client.set_async, path, data, version=version),
+                idempotent=False,
+            )
+        except kz.BadVersionError as e:
+            raise BadVersionError(f"ledger {ledger_id} changed since version {version} ({path})") from e
+        except kz.NoNodeError as e:
+            raise NoNodeError(f"ledger {ledger_id} does not exist ({path})") from e
+        return int(stat.version)
+
     def delete_ledger_node(self, ledger_id: int, version: int = -1) -> None:
         self._delete(self.paths.ledger(ledger_id), version, f"ledger {ledger_id}")
+
+    # -- ledger ids (BookKeeper's LongZkLedgerIdGenerator) ------------------------------------
+    def generate_ledger_id(self) -> int:
+        """``(hob << 32) | seq``: ``seq`` is the number ZooKeeper gives a sequential node created
+        (then deleted) under ``<root>/idgen-long/HOB-<hob>``; when it reaches 2**31-1 everyone moves
+        to ``HOB-<hob+1>``. Unique because each HOB's counter is, and increasing across HOBs. A
+        creation whose answer is lost is retried: its number is simply never used.
+        """
+        deadline = self._deadline()
+        while True:
+            hob = self._hob if self._hob is not None else self._current_hob(deadline)
+            parent = f"{self.paths.idgen}/{_HOB_PREFIX}{hob:010d}"
+            try:
+                created = self._call(
+                    "generate ledger id",
+                    partial(self._client.create_async, f"{parent}/ID-", b"", sequence=True),
+                    deadline,
+                    idempotent=True,
+                )
+            except kz.NoNodeError:
+                self._hob = None  # the cached HOB node is gone (the tree was reset): look again
+                continue
+            self._client.delete_async(created)  # best effort: the number is ours either way
+            low = int(created.rsplit("ID-", 1)[1])
+            if 0 <= low < self._idgen_low_limit:
+                self._hob = hob
+                if hob or low:  # never hand out id 0
+                    return (hob << 32) | low
+                continue
+            if hob + 1 >= 2**31:
+                raise MetadataError("ledger ids are exhausted (all 2**31 high-order-bit ranges used)")
+            self._create_if_absent(f"{self.paths.idgen}/{_HOB_PREFIX}{hob + 1:010d}", b"", deadline)
+            self._hob = hob + 1
+
+    def _current_hob(self, deadline: float) -> int:
+        """The highest ``HOB-<n>`` under the id generator's node; creates ``HOB-0000000000``
+        (and the generator's node, for clusters initialised before it existed) if there is none."""
+        idgen = self.paths.idgen
+        try:
+            names = self._call(
+                f"list {idgen}", lambda: self._client.get_children_async(idgen), deadline, idempotent=True
+            )
+        except kz.NoNodeError:
+            names = []
+        hobs = [int(n[len(_HOB_PREFIX) :]) for n in names if _HOB_RE.fullmatch(n)]
+        if hobs:
+            return max(hobs)
+        root = self.paths.root
+        stat = self._call(f"stat {root}", lambda: self._client.exists_async(root), deadline, idempotent=True)
+        if stat is None:
+            raise NoNodeError(f"no cluster at {root}: run `spark-bookie init` first")
+        self._create_if_absent(f"{idgen}/{_HOB_PREFIX}{0:010d}", b"", deadline)
+        return 0
+
+    # -- watches ----------------------------------------------------------------------------
+    def watch_ledger_metadata(self, ledger_id: int, callback: LedgerWatchCallback) -> Callable[[], None]:
+        return self._start_watch(_LedgerZkWatch(self, LedgerWatchState(ledger_id, callback)))
+
+    def watch_bookies(self, callback: BookiesWatchCallback) -> Callable[[], None]:
+        return self._start_watch(_BookiesZkWatch(self, BookiesWatchState(callback)))
+
+    def _start_watch(self, watch: _ZkWatch) -> Callable[[], None]:
+        """Register ``watch`` (so a reconnection re-arms it) and arm it now, in the caller's thread
+        so that an unreachable ZooKeeper or a missing cluster is the caller's error."""
+        with self._lock:
+            self._check_open("watch")
+            self._watches.add(watch)
+        try:
+            watch.arm(self._deadline(), initial=True)
+        except BaseException:
+            watch.cancel()
+            raise
+        return watch.cancel
+
+    def _forget_watch(self, watch: _ZkWatch) -> None:
+        """Stop re-arming ``watch`` (it was cancelled, or it ended)."""
+        with self._lock:
+            self._watches.discard(watch)
+
+    def bookie_info(self, bookie_id: str) -> dict[str, str]:
+        for readonly in (False, True):
+            got = self._read(self.paths.bookie(bookie_id, readonly=readonly))
+            if got is not None:
+                return parse_bookie_info(got[0])
+        return {}
 
     # -- shared helpers ---------------------------------------------------------------------
     def _read(self, path: str) -> tuple[bytes, int] | None:
@@ -423,6 +544,11 @@ class ZkMetadataStore(MetadataStore):
             self._closed = True
             self._registrations.clear()
         self._connected.set()  # wake waiters so they see the store is closed
+        with self._lock:
+            watches = list(self._watches)
+            self._watches.clear()
+        for watch in watches:
+            watch.state.cancel()
         try:
             self._client.stop()
             self._client.close()
@@ -430,3 +556,88 @@ class ZkMetadataStore(MetadataStore):
             log.exception("error while closing the ZooKeeper client")
         finally:
             self._worker.close()
+            self._watch_worker.close()
+
+
+class _ZkWatch:
+    """A ZooKeeper one-shot watch kept armed: re-armed (by re-reading) after each event it
+    fires and after each reconnection. Only ever re-armed on the store's watch thread, which is
+    also where the reports are delivered; kazoo's thread only queues work."""
+
+    state: LedgerWatchState | BookiesWatchState
+
+    def __init__(self, store: ZkMetadataStore) -> None:
+        self.store = store
+
+    def arm(self, deadline: float, *, initial: bool = False) -> None:
+        """Read the watched state with a watch set, and queue its report."""
+        raise NotImplementedError
+
+    def watcher(self, event: WatchedEvent) -> None:
+        """kazoo's thread: never block. A NONE event means the connection dropped (kazoo then
+        forgets all watches); the reconnection re-arms every watch, so nothing to do here."""
+        if event.type != EventType.NONE and self.state.active:
+            self.store._watch_worker.submit(self.refresh)
+
+    def refresh(self) -> None:
+        if not self.state.active:
+            return
+        try:
+            self.arm(self.store._deadline())
+        except StoreClosedError:
+            return
+        except MetadataError as e:
+            log.warning("could not re-arm %r (%s); retrying in %g s", self, e, _REARM_RETRY_S)
+            self.store._watch_worker.submit_later(_REARM_RETRY_S, self.refresh)
+
+    def cancel(self) -> None:
+        self.state.cancel()
+        self.store._forget_watch(self)
+
+
+class _LedgerZkWatch(_ZkWatch):
+    def __init__(self, store: ZkMetadataStore, state: LedgerWatchState) -> None:
+        super().__init__(store)
+        self.state: LedgerWatchState = state
+        self.path = store.paths.ledger(state.ledger_id)
+
+    def __repr__(self) -> str:
+        return f"watch of ledger {self.state.ledger_id}"
+
+    def arm(self, deadline: float, *, initial: bool = False) -> None:
+        path, client = self.path, self.store._client
+        try:
+            value, stat = self.store._call(
+                f"watch {path}", lambda: client.get_async(path, watch=self.watcher), deadline, idempotent=True
+            )
+        except kz.NoNodeError:  # the ledger is gone: report it, the watch ends (nothing left armed)
+            self.store._forget_watch(self)
+            self.store._watch_worker.submit(partial(self.state.deliver, None, -1))
+            return
+        self.store._watch_worker.submit(partial(self.state.deliver, bytes(value), int(stat.version)))
+
+
+class _BookiesZkWatch(_ZkWatch):
+    def __init__(self, store: ZkMetadataStore, state: BookiesWatchState) -> None:
+        super().__init__(store)
+        self.state: BookiesWatchState = state
+
+    def __repr__(self) -> str:
+        return "watch of the registered bookies"
+
+    def arm(self, deadline: float, *, initial: bool = False) -> None:
+        paths = (self.store.paths.available, self.store.paths.available_readonly)
+        client = self.store._client
+        starts = [partial(client.get_children_async, p, watch=self.watcher, include_data=True) for p in paths]
+        outcomes = self.store._gather("watch bookies", starts, deadline, idempotent=True)
+        for readonly, path, outcome in zip((False, True), paths, outcomes, strict=True):
+            if isinstance(outcome, kz.NoNodeError):
+                if initial:
+                    raise NoNodeError(f"no cluster at {self.store.paths.root}: run `spark-bookie init` first")
+                raise MetadataError(f"{path} disappeared")  # refresh retries until it is back
+            if isinstance(outcome, kz.ZookeeperError):
+                raise MetadataError(f"watching {path} failed: {outcome!r}")
+            names, stat = outcome
+            self.store._watch_worker.submit(
+                partial(self.state.deliver, readonly, list(names), int(stat.cversion))
+            )

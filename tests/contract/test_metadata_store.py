@@ -6,6 +6,7 @@ test gets a fresh root (a chroot-like prefix) so tests never see each other's no
 
 from __future__ import annotations
 
+import json
 import random
 import subprocess
 import sys
@@ -16,21 +17,31 @@ import uuid
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from metadata import (
     BadVersionError,
+    DigestType,
     InMemoryMetadataStore,
     InMemoryZooKeeper,
+    InvalidMetadataError,
+    LedgerMetadata,
+    LedgerState,
     MetadataStore,
     MetadataUnavailableError,
     NodeExistsError,
     NoNodeError,
     SessionEvent,
     StoreClosedError,
+    begin_recovery,
+    close,
     connect,
+    set_fragment,
+    update_ledger,
 )
 from metadata.layout import LAYOUT_TEXT
 
@@ -348,6 +359,217 @@ def test_ledger_ids_with_thousands_of_ledgers(store: MetadataStore) -> None:
     print(f"ledger_ids of {len(ids)} ledgers took {time.monotonic() - started:.2f} s")
 
 
+# -- typed ledger metadata ----------------------------------------------------------------------
+ENSEMBLE = ["b1:3181", "b2:3181", "b3:3181"]
+
+
+def new_md(ledger_id: int, **custom: bytes) -> LedgerMetadata:
+    return LedgerMetadata.new_open(
+        ledger_id, ENSEMBLE, write_quorum_size=3, ack_quorum_size=2, digest_type=DigestType.CRC32C,
+        password=b"pw", custom_metadata=custom,
+    )
+
+
+class Calls:
+    """A watch callback that records its calls (and the thread they came on) for a test to wait on."""
+
+    def __init__(self) -> None:
+        self.calls: list[Any] = []
+        self.threads: set[str] = set()
+        self._cond = threading.Condition()
+
+    def __call__(self, *args: Any) -> None:
+        with self._cond:
+            self.calls.append(args)
+            self.threads.add(threading.current_thread().name)
+            self._cond.notify_all()
+
+    def wait_for(self, count: int, timeout_s: float = 30.0) -> list[Any]:
+        deadline = time.monotonic() + timeout_s
+        with self._cond:
+            while len(self.calls) < count:
+                remaining = deadline - time.monotonic()
+                assert remaining > 0, f"expected {count} calls, got {self.calls}"
+                self._cond.wait(remaining)
+            return list(self.calls)
+
+
+def test_ledger_metadata_crud(store: MetadataStore) -> None:
+    lid = store.generate_ledger_id()
+    md = new_md(lid, app=b"x")
+    assert store.create_ledger_metadata(md) == 0
+    with pytest.raises(NodeExistsError):
+        store.create_ledger_metadata(md)
+    assert store.read_ledger_metadata(lid) == (md, 0)
+    closed = close(md, 4, 50)
+    assert store.write_ledger_metadata(closed, 0) == 1
+    with pytest.raises(BadVersionError):
+        store.write_ledger_metadata(md, 0)
+    with pytest.raises(ValueError, match="compare-and-set"):
+        store.write_ledger_metadata(md, -1)
+    assert store.read_ledger_metadata(lid) == (closed, 1)
+    other = store.generate_ledger_id()
+    store.create_ledger_metadata(new_md(other))
+    store.create_ledger_metadata(new_md(2**40))
+    assert store.list_ledgers() == sorted({lid, other, 2**40})
+    with pytest.raises(BadVersionError):
+        store.delete_ledger_metadata(lid, version=0)
+    store.delete_ledger_metadata(lid, version=1)
+    with pytest.raises(NoNodeError, match=f"ledger {lid}"):
+        store.read_ledger_metadata(lid)
+    with pytest.raises(NoNodeError):
+        store.delete_ledger_metadata(lid)
+    with pytest.raises(NoNodeError):
+        store.write_ledger_metadata(closed, 1)
+    store.delete_ledger_metadata(other)
+    assert store.list_ledgers() == [2**40]
+    store.create_ledger_node(5, b"not metadata")
+    with pytest.raises(InvalidMetadataError, match="ledger 5"):
+        store.read_ledger_metadata(5)
+
+
+def test_update_loop_between_sessions(backend: Backend, store: MetadataStore) -> None:
+    """Writers on different sessions race through the one CAS loop; every change lands once."""
+    store.create_ledger_metadata(new_md(1))
+    others = [backend.make() for _ in range(4)]
+
+    def append(s: MetadataStore, first: int) -> None:
+        update_ledger(s, 1, lambda md: set_fragment(md, first, ENSEMBLE) if first > max(md.ensembles) else md,
+                      retries_max=200, backoff_ms=1)
+
+    with ThreadPoolExecutor(4) as pool:
+        list(pool.map(append, others, [10, 20, 30, 40]))
+    md, version = store.read_ledger_metadata(1)
+    assert max(md.ensembles) == 40 and 1 <= version <= 4
+    md, version = update_ledger(store, 1, begin_recovery)
+    md, version = update_ledger(others[0], 1, partial(close, last_entry_id=44, length=440))
+    assert md.state is LedgerState.CLOSED and store.read_ledger_metadata(1) == (md, version)
+
+
+def test_ledger_operations_need_an_initialised_cluster(backend: Backend) -> None:
+    fresh = backend.make()
+    with pytest.raises(NoNodeError, match="init"):
+        fresh.generate_ledger_id()
+    with pytest.raises(NoNodeError, match="init"):
+        fresh.watch_bookies(Calls())
+    with pytest.raises(NoNodeError, match="init"):
+        fresh.list_ledgers()
+
+
+def test_generated_ledger_ids_are_unique_and_increasing(backend: Backend, store: MetadataStore) -> None:
+    def many(s: MetadataStore) -> list[int]:
+        return [s.generate_ledger_id() for _ in range(50)]
+
+    with ThreadPoolExecutor(4) as pool:
+        runs = list(pool.map(many, [store, backend.make(), backend.make(), store]))
+    ids = [i for run in runs for i in run]
+    assert len(set(ids)) == len(ids) == 200 and min(ids) > 0
+    assert all(run == sorted(run) for run in runs)
+
+
+@pytest.mark.integration
+def test_zk_ledger_ids_move_past_the_31_bit_sequence(zk_module: str) -> None:
+    """LongZkLedgerIdGenerator's scheme: when a HOB's sequence is used up, ids continue above 2**32."""
+    from metadata.zk.store import ZkMetadataStore
+
+    root = f"{zk_module}/t-{uuid.uuid4().hex[:8]}/ledgers"
+    with ZkMetadataStore(root) as a, ZkMetadataStore(root) as b:
+        a.init_cluster()
+        a._idgen_low_limit = b._idgen_low_limit = 7  # a tiny "2**31" so the roll-over happens here
+        ids = [s.generate_ledger_id() for _ in range(10) for s in (a, b)]
+        assert len(set(ids)) == len(ids)
+        assert any(i >= 2**32 for i in ids) and max(ids) < 4 * 2**32
+        assert sorted(a.generate_ledger_id() for _ in range(5))[0] > max(ids[:2])
+
+
+def test_watch_ledger_metadata(backend: Backend, store: MetadataStore) -> None:
+    writer = backend.make()
+    md = new_md(3)
+    writer.create_ledger_metadata(md)
+    calls = Calls()
+    cancel = store.watch_ledger_metadata(3, calls)
+    assert calls.wait_for(1) == [(md, 0)]  # the current state first
+    recovering, _ = update_ledger(writer, 3, begin_recovery)
+    assert calls.wait_for(2)[1] == (recovering, 1)
+    closed, _ = update_ledger(writer, 3, partial(close, last_entry_id=9, length=90))
+    assert calls.wait_for(3)[2] == (closed, 2)
+    update_ledger(writer, 3, partial(close, last_entry_id=9, length=90))  # no change: no call
+    writer.delete_ledger_metadata(3)
+    assert calls.wait_for(4)[3] == (None, -1)
+    writer.create_ledger_metadata(md)  # the watch ended with the deletion
+    time.sleep(0.5)
+    assert len(calls.calls) == 4
+    cancel()
+    cancel()  # idempotent
+    assert all("watches" in name for name in calls.threads), calls.threads
+
+    missing = Calls()
+    store.watch_ledger_metadata(12345, missing)
+    assert missing.wait_for(1) == [(None, -1)]
+
+
+def test_cancelled_ledger_watch_stays_quiet(backend: Backend, store: MetadataStore) -> None:
+    store.create_ledger_metadata(new_md(4))
+    kept, dropped = Calls(), Calls()
+    store.watch_ledger_metadata(4, kept)
+    cancel = store.watch_ledger_metadata(4, dropped)
+    dropped.wait_for(1)
+    cancel()
+    update_ledger(store, 4, begin_recovery)
+    assert kept.wait_for(2)[1][1] == 1
+    time.sleep(0.3)
+    assert len(dropped.calls) == 1
+
+
+def test_watches_survive_session_expiry(backend: Backend, store: MetadataStore) -> None:
+    writer = backend.make()
+    writer.create_ledger_metadata(new_md(6))
+    events, ledger_calls, bookie_calls = Recorder(), Calls(), Calls()
+    store.add_session_listener(events)
+    store.watch_ledger_metadata(6, ledger_calls)
+    store.watch_bookies(bookie_calls)
+    ledger_calls.wait_for(1)
+    bookie_calls.wait_for(1)
+    backend.expire(store)
+    events.wait_for(SessionEvent.LOST, SessionEvent.CONNECTED)
+    update_ledger(writer, 6, begin_recovery)
+    writer.register_bookie("b:9", readonly=False, wait_ms_max=0)
+    assert ledger_calls.wait_for(2)[-1][1] == 1
+    wait_until(lambda: bookie_calls.calls[-1] == (["b:9"], []), 30, "the bookie watch to see b:9")
+
+
+def test_watch_bookies(backend: Backend, store: MetadataStore) -> None:
+    calls = Calls()
+    cancel = store.watch_bookies(calls)
+    assert calls.wait_for(1) == [([], [])]  # at once, both lists
+    other = backend.make()
+    other.register_bookie("b:2", readonly=False, wait_ms_max=0)
+    other.register_bookie("b:1", readonly=False, wait_ms_max=0)
+    other.register_bookie("b:3", readonly=True, wait_ms_max=0)
+    wait_until(lambda: calls.calls[-1] == (["b:1", "b:2"], ["b:3"]), 30, "all three registrations")
+    assert all(w == sorted(w) and "readonly" not in w for w, _ in calls.calls)
+    other.close()
+    wait_until(lambda: calls.calls[-1] == ([], []), 30, "the closed session's bookies to go")
+    seen = len(calls.calls)
+    cancel()
+    store.register_bookie("b:4", readonly=False, wait_ms_max=0)
+    time.sleep(0.3)
+    assert len(calls.calls) == seen
+    assert all("watches" in name for name in calls.threads), calls.threads
+
+
+def test_bookie_info(store: MetadataStore) -> None:
+    info = {"id": "h:1", "address": "10.0.0.1:3181", "network_location": "/rack1"}
+    store.register_bookie("h:1", readonly=False, data=json.dumps(info).encode(), wait_ms_max=0)
+    store.register_bookie("h:2", readonly=True, data=b'{"id": "h:2", "port": 3181}', wait_ms_max=0)
+    store.register_bookie("h:3", readonly=False, data=b"not json", wait_ms_max=0)
+    store.register_bookie("h:4", readonly=False, data=b"[1, 2]", wait_ms_max=0)
+    assert store.bookie_info("h:1") == info
+    assert store.bookie_info("h:2") == {"id": "h:2", "port": "3181"}
+    assert store.bookie_info("h:3") == {} and store.bookie_info("h:4") == {}
+    assert store.bookie_info("nobody:1") == {}
+
+
 # -- session and lifecycle ----------------------------------------------------------------------
 def test_closed_store_refuses_calls(backend: Backend) -> None:
     s = backend.make()
@@ -374,10 +596,17 @@ def test_memory_outage_raises_and_recovers() -> None:
         s.add_session_listener(events)
         s.register_bookie("b:1", readonly=False, wait_ms_max=0)
         zk.set_available(False)
-        with pytest.raises(MetadataUnavailableError):
-            s.list_bookies()
-        with pytest.raises(MetadataUnavailableError):
-            s.write_cookie("b:1", b"", None)
+        for call in (
+            s.list_bookies,
+            lambda: s.write_cookie("b:1", b"", None),
+            s.generate_ledger_id,
+            lambda: s.read_ledger_metadata(1),
+            lambda: s.watch_ledger_metadata(1, Calls()),
+            lambda: s.watch_bookies(Calls()),
+            lambda: s.bookie_info("b:1"),
+        ):
+            with pytest.raises(MetadataUnavailableError):
+                call()
         zk.set_available(True)
         events.wait_for(SessionEvent.SUSPENDED, SessionEvent.CONNECTED)
         assert s.list_bookies() == ["b:1"]
@@ -413,9 +642,23 @@ def test_zk_down_gives_deadline_errors_and_session_survives_short_outage(tmp_pat
         s.add_session_listener(events)
         s.init_cluster()
         s.register_bookie("b:1", readonly=False, wait_ms_max=0)
+        s.create_ledger_metadata(new_md(1))
+        watched = Calls()
+        s.watch_ledger_metadata(1, watched)
+        watched.wait_for(1)
         zk.stop()
         events.wait_for(SessionEvent.SUSPENDED)
-        for call in (s.list_bookies, s.ledger_ids, lambda: s.write_cookie("b:1", b"", None)):
+        for call in (
+            s.list_bookies,
+            s.ledger_ids,
+            lambda: s.write_cookie("b:1", b"", None),
+            s.generate_ledger_id,
+            lambda: s.read_ledger_metadata(1),
+            lambda: update_ledger(s, 1, begin_recovery),
+            lambda: s.watch_ledger_metadata(1, Calls()),
+            lambda: s.watch_bookies(Calls()),
+            lambda: s.bookie_info("b:1"),
+        ):
             started = time.monotonic()
             with pytest.raises(MetadataUnavailableError):
                 call()
@@ -424,6 +667,8 @@ def test_zk_down_gives_deadline_errors_and_session_survives_short_outage(tmp_pat
         events.wait_for(SessionEvent.SUSPENDED, SessionEvent.CONNECTED)
         assert "LOST" not in events.events
         assert s.list_bookies() == ["b:1"]
+        update_ledger(s, 1, begin_recovery)  # kazoo dropped the watch on suspension: re-armed
+        assert watched.wait_for(2)[1][1] == 1
         s.close()
     finally:
         zk.stop()
