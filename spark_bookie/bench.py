@@ -100,7 +100,6 @@ def durable_adds(bookie_address: str, entries: int, entry_bytes: int, window: in
     With `rate_per_s` the load is open-loop (entry i is due at t0 + i / rate, and its latency counts
     from then, so a stall is not hidden by sending less); without it, as fast as `window` allows.
     """
-    from ledger_client.protocol import bookkeeper_pb2 as pb
     from ledger_client.protocol.framing import Digester, DigestType, master_key
     from ledger_client.transport import BookieClient
 
@@ -116,26 +115,30 @@ def durable_adds(bookie_address: str, entries: int, entry_bytes: int, window: in
     remaining = [entries]
     lock = threading.Lock()
 
-    def cb(resp: Any, exc: BaseException | None) -> None:
-        now = time.perf_counter()
-        if exc is not None or resp.status != pb.EOK:
-            errors.append(str(exc) if exc else resp.detail)
-        else:
-            lat[resp.entry_id] = now - sent[resp.entry_id]
-        slots.release()
-        with lock:
-            remaining[0] -= 1
-            if remaining[0] == 0:
-                done.set()
+    class Sink:
+        def on_add_results(self, bookie: str, ok: list[int], failed: list[tuple[int, int, str]]) -> None:
+            now = time.perf_counter()
+            for eid in ok:
+                lat[eid] = now - sent[eid]
+            errors.extend(f"{eid}: {status} {detail}" for eid, status, detail in failed)
+            n = len(ok) + len(failed)
+            for _ in range(n):
+                slots.release()
+            with lock:
+                remaining[0] -= n
+                if remaining[0] == 0:
+                    done.set()
 
-    client = BookieClient(bookie_address, pending_adds_max=window + 1)
+    sink = Sink()
+
+    client = BookieClient(bookie_address)
     try:
         t0 = time.perf_counter()
         if rate_per_s is None:
             for i, body in enumerate(bodies):
                 slots.acquire()
                 sent[i] = time.perf_counter()
-                client.add_async(ledger_id, i, key, body, cb)
+                client.add_async(ledger_id, i, key, body, sink)
         else:
             i = 0
             while i < entries:  # every 0.2 ms, send whatever has come due (no per-entry sleep)
@@ -143,7 +146,7 @@ def durable_adds(bookie_address: str, entries: int, entry_bytes: int, window: in
                 while i < due:
                     slots.acquire()
                     sent[i] = t0 + i / rate_per_s
-                    client.add_async(ledger_id, i, key, bodies[i], cb)
+                    client.add_async(ledger_id, i, key, bodies[i], sink)
                     i += 1
                 time.sleep(0.0002)
         done.wait(timeout=600)

@@ -41,7 +41,8 @@ from .storage.ledger_storage import LedgerStorage
 log = logging.getLogger(__name__)
 MASTER_KEY_BYTES = 20
 
-Reply = Callable[[list[pb.AddResponse]], None]
+# (request ids now durable, answers for adds that failed): one call per batch.
+Reply = Callable[[list[int], list[pb.AddResponse]], None]
 T = TypeVar("T")
 
 
@@ -116,31 +117,37 @@ class RequestProcessor:
         return hlac
 
     def process_adds(self, adds: Sequence[pb.AddRequest], reply: Reply) -> None:
-        """Apply a batch; `reply` gets one response per add (same order) once all are durable."""
-        responses: list[pb.AddResponse | None] = [None] * len(adds)
+        """Apply a batch; `reply(ok_request_ids, failures)` runs once all accepted adds are durable."""
+        failures: list[pb.AddResponse] = []
         records: list[JournalRecord] = []
-        accepted: list[tuple[int, int]] = []
+        ok_ids: list[int] = []
+        lacs: dict[int, int] = {}
         read_only = self._read_only()
-        for i, add in enumerate(adds):
+        for add in adds:
             try:
                 if read_only:
                     raise ReadOnlyError("bookie is read-only (disk usage above threshold)")
-                accepted.append((i, self._accept_add(add, records)))
+                lac = self._accept_add(add, records)
             except BookieError as e:
-                responses[i] = _add_response(add, e.status, str(e))
+                failures.append(_add_response(add, e.status, str(e)))
+                continue
+            ok_ids.append(add.request_id)
+            if lac > lacs.get(add.ledger_id, -2):
+                lacs[add.ledger_id] = lac
         if not records:
-            reply([r for r in responses if r is not None])
+            reply([], failures)
             return
 
         def finish(exc: BaseException | None) -> None:
-            status = pb.EOK if exc is None else pb.EIO
-            detail = "" if exc is None else f"journal write failed: {exc}"
-            for i, lac in accepted:
-                add = adds[i]
-                responses[i] = _add_response(add, status, detail)
-                if exc is None:
-                    self.lac.advance(add.ledger_id, lac)
-            reply([r for r in responses if r is not None])
+            if exc is not None:
+                detail = f"journal write failed: {exc}"
+                failed = {a.request_id for a in adds} - {f.request_id for f in failures}
+                failures.extend(_add_response(a, pb.EIO, detail) for a in adds if a.request_id in failed)
+                reply([], failures)
+                return
+            for lid, lac in lacs.items():
+                self.lac.advance(lid, lac)
+            reply(ok_ids, failures)
 
         def done(exc: BaseException | None) -> None:
             self._loop.call_soon_threadsafe(finish, exc)

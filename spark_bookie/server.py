@@ -46,25 +46,25 @@ class BookieServicer(pb_grpc.BookieServicer):
 
     async def AddStream(self, request_iterator: AsyncIterator[pb.AddBatch],  # noqa: N802
                         context: Any) -> AsyncIterator[pb.AddBatchResponse]:
-        out: asyncio.Queue[list[pb.AddResponse] | None] = asyncio.Queue()
+        out: asyncio.Queue[tuple[list[int], list[pb.AddResponse]] | None] = asyncio.Queue()
         state = {"in_flight": 0, "eof": False}
 
-        def reply(resps: list[pb.AddResponse]) -> None:
-            state["in_flight"] -= len(resps)
-            out.put_nowait(resps)
+        def reply(ok: list[int], failed: list[pb.AddResponse]) -> None:
+            state["in_flight"] -= len(ok) + len(failed)
+            out.put_nowait((ok, failed))
             if state["eof"] and state["in_flight"] == 0:
                 out.put_nowait(None)
 
         async def read_requests() -> None:
             try:
                 async for batch in request_iterator:
-                    adds = list(batch.adds)
+                    adds = batch.adds
                     if state["in_flight"] + len(adds) > self._in_flight_max:
-                        out.put_nowait([pb.AddResponse(
+                        out.put_nowait(([], [pb.AddResponse(
                             status=pb.ETOOMANYREQUESTS, ledger_id=a.ledger_id, entry_id=a.entry_id,
                             request_id=a.request_id,
                             detail=f"more than {self._in_flight_max} adds in flight on this stream")
-                            for a in adds])
+                            for a in adds]))
                         continue
                     state["in_flight"] += len(adds)
                     self._p.process_adds(adds, reply)
@@ -81,14 +81,17 @@ class BookieServicer(pb_grpc.BookieServicer):
                 item = await out.get()
                 if item is None:
                     return
-                merged = list(item)
-                while not out.empty():  # coalesce everything already answered into one message
-                    more = out.get_nowait()
-                    if more is None:
-                        out.put_nowait(None)
+                resp = pb.AddBatchResponse()
+                ok_ids, failures = resp.ok_request_ids, resp.responses
+                while item is not None:  # coalesce everything already answered into one message
+                    ok_ids.extend(item[0])
+                    failures.extend(item[1])
+                    if out.empty():
                         break
-                    merged.extend(more)
-                yield pb.AddBatchResponse(responses=merged)
+                    item = out.get_nowait()
+                yield resp
+                if item is None:
+                    return
         finally:
             reader.cancel()
 

@@ -1,11 +1,9 @@
-from collections.abc import Iterable as _Iterable
-from collections.abc import Mapping as _Mapping
-from typing import ClassVar as _ClassVar
-
-from google.protobuf import descriptor as _descriptor
-from google.protobuf import message as _message
 from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
@@ -71,7 +69,7 @@ class AddRequest(_message.Message):
     master_key: bytes
     body: bytes
     request_id: int
-    def __init__(self, ledger_id: int | None = ..., entry_id: int | None = ..., flag: AddFlag | str | None = ..., master_key: bytes | None = ..., body: bytes | None = ..., request_id: int | None = ...) -> None: ...
+    def __init__(self, ledger_id: _Optional[int] = ..., entry_id: _Optional[int] = ..., flag: _Optional[_Union[AddFlag, str]] = ..., master_key: _Optional[bytes] = ..., body: _Optional[bytes] = ..., request_id: _Optional[int] = ...) -> None: ...
 
 class AddResponse(_message.Message):
     __slots__ = ("status", "ledger_id", "entry_id", "request_id", "detail")
@@ -85,19 +83,21 @@ class AddResponse(_message.Message):
     entry_id: int
     request_id: int
     detail: str
-    def __init__(self, status: StatusCode | str | None = ..., ledger_id: int | None = ..., entry_id: int | None = ..., request_id: int | None = ..., detail: str | None = ...) -> None: ...
+    def __init__(self, status: _Optional[_Union[StatusCode, str]] = ..., ledger_id: _Optional[int] = ..., entry_id: _Optional[int] = ..., request_id: _Optional[int] = ..., detail: _Optional[str] = ...) -> None: ...
 
 class AddBatch(_message.Message):
     __slots__ = ("adds",)
     ADDS_FIELD_NUMBER: _ClassVar[int]
     adds: _containers.RepeatedCompositeFieldContainer[AddRequest]
-    def __init__(self, adds: _Iterable[AddRequest | _Mapping] | None = ...) -> None: ...
+    def __init__(self, adds: _Optional[_Iterable[_Union[AddRequest, _Mapping]]] = ...) -> None: ...
 
 class AddBatchResponse(_message.Message):
-    __slots__ = ("responses",)
+    __slots__ = ("responses", "ok_request_ids")
     RESPONSES_FIELD_NUMBER: _ClassVar[int]
+    OK_REQUEST_IDS_FIELD_NUMBER: _ClassVar[int]
     responses: _containers.RepeatedCompositeFieldContainer[AddResponse]
-    def __init__(self, responses: _Iterable[AddResponse | _Mapping] | None = ...) -> None: ...
+    ok_request_ids: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, responses: _Optional[_Iterable[_Union[AddResponse, _Mapping]]] = ..., ok_request_ids: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class ReadRequest(_message.Message):
     __slots__ = ("ledger_id", "entry_id", "flag", "master_key", "has_previous_lac", "previous_lac", "timeout_ms")
@@ -115,7 +115,7 @@ class ReadRequest(_message.Message):
     has_previous_lac: bool
     previous_lac: int
     timeout_ms: int
-    def __init__(self, ledger_id: int | None = ..., entry_id: int | None = ..., flag: ReadFlag | str | None = ..., master_key: bytes | None = ..., has_previous_lac: bool | None = ..., previous_lac: int | None = ..., timeout_ms: int | None = ...) -> None: ...
+    def __init__(self, ledger_id: _Optional[int] = ..., entry_id: _Optional[int] = ..., flag: _Optional[_Union[ReadFlag, str]] = ..., master_key: _Optional[bytes] = ..., has_previous_lac: _Optional[bool] = ..., previous_lac: _Optional[int] = ..., timeout_ms: _Optional[int] = ...) -> None: ...
 
 class ReadResponse(_message.Message):
     __slots__ = ("status", "ledger_id", "entry_id", "body", "max_lac", "detail")
@@ -131,7 +131,7 @@ class ReadResponse(_message.Message):
     body: bytes
     max_lac: int
     detail: str
-    def __init__(self, status: StatusCode | str | None = ..., ledger_id: int | None = ..., entry_id: int | None = ..., body: bytes | None = ..., max_lac: int | None = ..., detail: str | None = ...) -> None: ...
+    def __init__(self, status: _Optional[_Union[StatusCode, str]] = ..., ledger_id: _Optional[int] = ..., entry_id: _Optional[int] = ..., body: _Optional[bytes] = ..., max_lac: _Optional[int] = ..., detail: _Optional[str] = ...) -> None: ...
 
 class ReadRangeRequest(_message.Message):
     __slots__ = ("ledger_id", "first_entry_id", "last_entry_id", "max_bytes")
@@ -143,7 +143,7 @@ class ReadRangeRequest(_message.Message):
     first_entry_id: int
     last_entry_id: int
     max_bytes: int
-    def __init__(self, ledger_id: int | None = ..., first_entry_id: int | None = ..., last_entry_id: int | None = ..., max_bytes: int | None = ...) -> None: ...
+    def __init__(self, ledger_id: _Optional[int] = ..., first_entry_id: _Optional[int] = ..., last_entry_id: _Optional[int] = ..., max_bytes: _Optional[int] = ...) -> None: ...
 
 class ReadRangeResponse(_message.Message):
     __slots__ = ("status", "ledger_id", "first_entry_id", "bodies", "detail")
@@ -157,13 +157,13 @@ class ReadRangeResponse(_message.Message):
     first_entry_id: int
     bodies: _containers.RepeatedScalarFieldContainer[bytes]
     detail: str
-    def __init__(self, status: StatusCode | str | None = ..., ledger_id: int | None = ..., first_entry_id: int | None = ..., bodies: _Iterable[bytes] | None = ..., detail: str | None = ...) -> None: ...
+    def __init__(self, status: _Optional[_Union[StatusCode, str]] = ..., ledger_id: _Optional[int] = ..., first_entry_id: _Optional[int] = ..., bodies: _Optional[_Iterable[bytes]] = ..., detail: _Optional[str] = ...) -> None: ...
 
 class ReadLacRequest(_message.Message):
     __slots__ = ("ledger_id",)
     LEDGER_ID_FIELD_NUMBER: _ClassVar[int]
     ledger_id: int
-    def __init__(self, ledger_id: int | None = ...) -> None: ...
+    def __init__(self, ledger_id: _Optional[int] = ...) -> None: ...
 
 class ReadLacResponse(_message.Message):
     __slots__ = ("status", "ledger_id", "lac_body", "last_entry_body", "detail")
@@ -177,7 +177,7 @@ class ReadLacResponse(_message.Message):
     lac_body: bytes
     last_entry_body: bytes
     detail: str
-    def __init__(self, status: StatusCode | str | None = ..., ledger_id: int | None = ..., lac_body: bytes | None = ..., last_entry_body: bytes | None = ..., detail: str | None = ...) -> None: ...
+    def __init__(self, status: _Optional[_Union[StatusCode, str]] = ..., ledger_id: _Optional[int] = ..., lac_body: _Optional[bytes] = ..., last_entry_body: _Optional[bytes] = ..., detail: _Optional[str] = ...) -> None: ...
 
 class WriteLacRequest(_message.Message):
     __slots__ = ("ledger_id", "lac", "master_key", "body")
@@ -189,7 +189,7 @@ class WriteLacRequest(_message.Message):
     lac: int
     master_key: bytes
     body: bytes
-    def __init__(self, ledger_id: int | None = ..., lac: int | None = ..., master_key: bytes | None = ..., body: bytes | None = ...) -> None: ...
+    def __init__(self, ledger_id: _Optional[int] = ..., lac: _Optional[int] = ..., master_key: _Optional[bytes] = ..., body: _Optional[bytes] = ...) -> None: ...
 
 class WriteLacResponse(_message.Message):
     __slots__ = ("status", "ledger_id", "detail")
@@ -199,7 +199,7 @@ class WriteLacResponse(_message.Message):
     status: StatusCode
     ledger_id: int
     detail: str
-    def __init__(self, status: StatusCode | str | None = ..., ledger_id: int | None = ..., detail: str | None = ...) -> None: ...
+    def __init__(self, status: _Optional[_Union[StatusCode, str]] = ..., ledger_id: _Optional[int] = ..., detail: _Optional[str] = ...) -> None: ...
 
 class BookieInfoRequest(_message.Message):
     __slots__ = ()
@@ -217,4 +217,4 @@ class BookieInfoResponse(_message.Message):
     total_disk_bytes: int
     read_only: bool
     bookie_id: str
-    def __init__(self, status: StatusCode | str | None = ..., free_disk_bytes: int | None = ..., total_disk_bytes: int | None = ..., read_only: bool | None = ..., bookie_id: str | None = ...) -> None: ...
+    def __init__(self, status: _Optional[_Union[StatusCode, str]] = ..., free_disk_bytes: _Optional[int] = ..., total_disk_bytes: _Optional[int] = ..., read_only: _Optional[bool] = ..., bookie_id: _Optional[str] = ...) -> None: ...

@@ -11,7 +11,6 @@ The bookie only parses the header (ids and LAC); clients verify digests on every
 
 from __future__ import annotations
 
-import enum
 import hashlib
 import hmac
 import struct
@@ -20,23 +19,15 @@ from dataclasses import dataclass
 
 import google_crc32c
 
+from metadata.model import DigestType, master_key
+
 HEADER = struct.Struct(">qqqq")
 LAC_HEADER = struct.Struct(">qq")
 HEADER_BYTES = HEADER.size
 
 
-class DigestType(enum.Enum):
-    CRC32 = "CRC32"
-    CRC32C = "CRC32C"
-    HMAC = "HMAC"
-    DUMMY = "DUMMY"
-
-    @property
-    def digest_bytes(self) -> int:
-        return _DIGEST_BYTES[self]
-
-
-_DIGEST_BYTES = {DigestType.CRC32: 8, DigestType.CRC32C: 4, DigestType.HMAC: 20, DigestType.DUMMY: 0}
+__all__ = ["DigestError", "Digester", "DigestType", "FramingError", "HEADER_BYTES", "master_key",
+           "parse_header", "parse_lac_header"]
 
 
 class FramingError(ValueError):
@@ -45,11 +36,6 @@ class FramingError(ValueError):
 
 class DigestError(FramingError):
     """The digest stored with an entry does not match its bytes: the replica is corrupt."""
-
-
-def master_key(password: bytes) -> bytes:
-    """BookKeeper's ledger master key: SHA-1 of b"ledger" + password."""
-    return hashlib.sha1(b"ledger" + password).digest()
 
 
 def _mac_key(password: bytes) -> bytes:

@@ -14,7 +14,7 @@ import queue
 import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
-from typing import Any
+from typing import Any, Protocol
 
 import grpc
 
@@ -22,7 +22,15 @@ from .. import errors
 from ..protocol import bookkeeper_pb2 as pb
 from ..protocol import bookkeeper_pb2_grpc as pb_grpc
 
-AddCallback = Callable[[pb.AddResponse | None, BaseException | None], None]
+TRANSPORT_FAILURE = -1  # the status reported for adds whose stream to the bookie broke
+
+
+class AddSink(Protocol):
+    """Receives add results in batches: one call per stream message per sink, not one per entry,
+    because per-entry callbacks were most of a writer's CPU."""
+
+    def on_add_results(self, bookie: str, ok: list[int], failed: list[tuple[int, int, str]]) -> None:
+        """`ok`: entry ids now durable on `bookie`; `failed`: (entry id, status, detail)."""
 
 _STATUS_ERRORS: dict[int, type[errors.LedgerError]] = {
     pb.ENOLEDGER: errors.NoSuchLedgerError,
@@ -36,6 +44,17 @@ _STATUS_ERRORS: dict[int, type[errors.LedgerError]] = {
 }
 
 
+def rpc_error(exc: BaseException, address: str) -> errors.LedgerError:
+    """The client error for a failed gRPC call (a timeout is a timeout, anything else: unavailable)."""
+    if isinstance(exc, errors.LedgerError):
+        return exc
+    if isinstance(exc, grpc.RpcError) and exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
+        return errors.LedgerTimeoutError(f"{address}: deadline exceeded")
+    if isinstance(exc, grpc.RpcError):
+        return errors.BookieUnavailableError(f"{address}: {exc.code().name}: {exc.details()}")
+    return errors.BookieUnavailableError(f"{address}: {type(exc).__name__}: {exc}")
+
+
 def status_error(status: int, detail: str, where: str) -> errors.LedgerError:
     cls = _STATUS_ERRORS.get(status, errors.LedgerError)
     name = pb.StatusCode.Name(status) if status in pb.StatusCode.values() else str(status)
@@ -45,13 +64,31 @@ def status_error(status: int, detail: str, where: str) -> errors.LedgerError:
 _STOP = object()
 
 
+class _FutureSink:
+    """Adapts the batched results of a single add to a Future of its AddResponse."""
+
+    def __init__(self, ledger_id: int) -> None:
+        self.ledger_id = ledger_id
+        self.future: Future[pb.AddResponse] = Future()
+
+    def on_add_results(self, bookie: str, ok: list[int], failed: list[tuple[int, int, str]]) -> None:
+        for eid in ok:
+            self.future.set_result(pb.AddResponse(status=pb.EOK, ledger_id=self.ledger_id, entry_id=eid))
+        for eid, status, detail in failed:
+            if status == TRANSPORT_FAILURE:
+                self.future.set_exception(errors.BookieUnavailableError(detail))
+            else:
+                self.future.set_result(pb.AddResponse(status=pb.StatusCode.Name(status), ledger_id=self.ledger_id,
+                                                      entry_id=eid, detail=detail))
+
+
 class _AddStream:
-    """One bidirectional AddStream call and the futures waiting on it."""
+    """One bidirectional AddStream call and the callbacks waiting on it."""
 
     def __init__(self, stub: pb_grpc.BookieStub, batch_entries_max: int, batch_bytes_max: int,
                  address: str) -> None:
         self._q: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        self._pending: dict[int, AddCallback] = {}
+        self._pending: dict[int, tuple[AddSink, int]] = {}
         self._lock = threading.Lock()
         self._batch_entries_max = batch_entries_max
         self._batch_bytes_max = batch_bytes_max
@@ -62,50 +99,72 @@ class _AddStream:
         self._reader.start()
 
     def _requests(self) -> Iterator[pb.AddBatch]:
+        """Drain whatever is queued into one message (built in place: no per-entry copy)."""
+        get, get_nowait = self._q.get, self._q.get_nowait
         while True:
-            item = self._q.get()
+            item = get()
             if item is _STOP:
                 return
-            batch = [item]
-            size = len(item.body)
-            while len(batch) < self._batch_entries_max and size < self._batch_bytes_max:
+            batch = pb.AddBatch()
+            add = batch.adds.add
+            n, size = 0, 0
+            while True:
+                lid, eid, key, body, flag, rid = item
+                add(ledger_id=lid, entry_id=eid, master_key=key, body=body, flag=flag, request_id=rid)
+                n += 1
+                size += len(body)
+                if n >= self._batch_entries_max or size >= self._batch_bytes_max:
+                    break
                 try:
-                    item = self._q.get_nowait()
+                    item = get_nowait()
                 except queue.Empty:
                     break
                 if item is _STOP:
-                    yield pb.AddBatch(adds=batch)
+                    yield batch
                     return
-                batch.append(item)
-                size += len(item.body)
-            yield pb.AddBatch(adds=batch)
+            yield batch
 
     def _read(self) -> None:
+        pending = self._pending
+        address = self._address
         try:
             for resp in self._call:
+                groups: dict[AddSink, tuple[list[int], list[tuple[int, int, str]]]] = {}
+                for rid in resp.ok_request_ids:
+                    t = pending.pop(rid, None)
+                    if t is not None:
+                        g = groups.get(t[0])
+                        if g is None:
+                            g = groups[t[0]] = ([], [])
+                        g[0].append(t[1])
                 for r in resp.responses:
-                    with self._lock:
-                        cb = self._pending.pop(r.request_id, None)
-                    if cb is not None:
-                        cb(r, None)
-            self._fail(errors.BookieUnavailableError(f"add stream to {self._address} ended"))
+                    t = pending.pop(r.request_id, None)
+                    if t is not None:
+                        groups.setdefault(t[0], ([], []))[1].append((t[1], r.status, r.detail))
+                for sink, (ok, failed) in groups.items():
+                    sink.on_add_results(address, ok, failed)
+            self._fail(f"add stream to {address} ended")
         except grpc.RpcError as e:
-            self._fail(errors.BookieUnavailableError(
-                f"add stream to {self._address} failed: {e.code().name}: {e.details()}"))
+            self._fail(f"add stream to {address} failed: {e.code().name}: {e.details()}")
 
-    def _fail(self, exc: BaseException) -> None:
+    def _fail(self, detail: str) -> None:
         with self._lock:
-            self.broken = exc
+            self.broken = errors.BookieUnavailableError(detail)
             pending, self._pending = self._pending, {}
-        for cb in pending.values():
-            cb(None, exc)
+        groups: dict[AddSink, list[tuple[int, int, str]]] = {}
+        for sink, eid in pending.values():
+            groups.setdefault(sink, []).append((eid, TRANSPORT_FAILURE, detail))
+        for sink, failed in groups.items():
+            sink.on_add_results(self._address, [], failed)
 
-    def send(self, req: pb.AddRequest, cb: AddCallback) -> None:
-        with self._lock:
-            if self.broken is not None:
+    def send(self, item: tuple[int, int, bytes, bytes, int, int], sink: AddSink) -> None:
+        rid = item[5]
+        self._pending[rid] = (sink, item[1])
+        if self.broken is not None:  # lost a race with _fail: whoever removes the callback calls it
+            if self._pending.pop(rid, None) is not None:
                 raise self.broken
-            self._pending[req.request_id] = cb
-        self._q.put(req)
+            return
+        self._q.put(item)
 
     def close(self) -> None:
         self._q.put(_STOP)
@@ -116,8 +175,7 @@ class BookieClient:
     """Thread-safe client of one bookie at `address` ("host:port")."""
 
     def __init__(self, address: str, *, timeout_ms: int = 10_000, batch_entries_max: int = 512,
-                 batch_bytes_max: int = 4 << 20, message_bytes_max: int = 64 << 20,
-                 pending_adds_max: int = 50_000) -> None:
+                 batch_bytes_max: int = 4 << 20, message_bytes_max: int = 64 << 20) -> None:
         self.address = address
         self._timeout_s = timeout_ms / 1000.0
         self._channel = grpc.insecure_channel(address, options=[
@@ -129,44 +187,29 @@ class BookieClient:
         self._stream: _AddStream | None = None
         self._lock = threading.Lock()
         self._ids = itertools.count(1)
-        self._slots = threading.BoundedSemaphore(pending_adds_max)
         self._closed = False
 
     # ------------------------------------------------------------------ adds
 
     def add_async(self, ledger_id: int, entry_id: int, master_key: bytes, body: bytes,
-                  callback: AddCallback, *, recovery: bool = False) -> None:
-        """Queue one add; `callback(response, None)` or `callback(None, error)` runs on a client thread."""
-        if not self._slots.acquire(timeout=self._timeout_s):
-            raise errors.LedgerTimeoutError(f"too many pending adds to {self.address}")
-
-        def done(resp: pb.AddResponse | None, exc: BaseException | None) -> None:
-            self._slots.release()
-            callback(resp, exc)
-
-        req = pb.AddRequest(ledger_id=ledger_id, entry_id=entry_id, master_key=master_key, body=body,
-                            flag=pb.RECOVERY_ADD if recovery else pb.ADD_NONE,
-                            request_id=next(self._ids))
-        try:
-            self._add_stream().send(req, done)
-        except BaseException:
-            self._slots.release()
-            raise
+                  sink: AddSink, *, recovery: bool = False) -> None:
+        """Queue one add; its result reaches `sink.on_add_results` on this connection's reader thread
+        (TRANSPORT_FAILURE when the connection broke). Unbounded here: callers bound what they
+        have outstanding (a ledger's outstanding_adds_max)."""
+        stream = self._stream
+        if stream is None or stream.broken is not None:
+            stream = self._new_stream()
+        stream.send((ledger_id, entry_id, master_key, body, pb.RECOVERY_ADD if recovery else pb.ADD_NONE,
+                     next(self._ids)), sink)
 
     def add(self, ledger_id: int, entry_id: int, master_key: bytes, body: bytes, *,
             recovery: bool = False) -> Future[pb.AddResponse]:
-        fut: Future[pb.AddResponse] = Future()
+        """One add as a Future of its AddResponse (TRANSPORT_FAILURE → BookieUnavailableError)."""
+        sink = _FutureSink(ledger_id)
+        self.add_async(ledger_id, entry_id, master_key, body, sink, recovery=recovery)
+        return sink.future
 
-        def cb(resp: pb.AddResponse | None, exc: BaseException | None) -> None:
-            if exc is not None:
-                fut.set_exception(exc)
-            else:
-                fut.set_result(resp)  # type: ignore[arg-type]
-
-        self.add_async(ledger_id, entry_id, master_key, body, cb, recovery=recovery)
-        return fut
-
-    def _add_stream(self) -> _AddStream:
+    def _new_stream(self) -> _AddStream:
         with self._lock:
             if self._closed:
                 raise errors.BookieUnavailableError(f"client of {self.address} is closed")
@@ -180,9 +223,7 @@ class BookieClient:
         try:
             return method(request, timeout=timeout_s or self._timeout_s)
         except grpc.RpcError as e:
-            if e.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
-                raise errors.LedgerTimeoutError(f"{self.address}: deadline exceeded") from e
-            raise errors.BookieUnavailableError(f"{self.address}: {e.code().name}: {e.details()}") from e
+            raise rpc_error(e, self.address) from e
 
     def read(self, ledger_id: int, entry_id: int, *, fence: bool = False, master_key: bytes = b"",
              previous_lac: int | None = None, long_poll_timeout_ms: int = 0,
@@ -194,6 +235,21 @@ class BookieClient:
             req.previous_lac = previous_lac
             req.timeout_ms = long_poll_timeout_ms
         return self._call(self._stub.Read, req, self._timeout_s + long_poll_timeout_ms / 1000.0)
+
+    def read_future(self, ledger_id: int, entry_id: int, *, fence: bool = False, master_key: bytes = b"",
+                    previous_lac: int | None = None, long_poll_timeout_ms: int = 0,
+                    piggyback: bool = False) -> grpc.Future:
+        """Like read(), without blocking: a grpc Future (result() raises grpc.RpcError; see rpc_error)."""
+        flag = pb.FENCE_LEDGER if fence else (pb.ENTRY_PIGGYBACK if piggyback else pb.READ_NONE)
+        req = pb.ReadRequest(ledger_id=ledger_id, entry_id=entry_id, flag=flag, master_key=master_key)
+        if previous_lac is not None:
+            req.has_previous_lac = True
+            req.previous_lac = previous_lac
+            req.timeout_ms = long_poll_timeout_ms
+        return self._stub.Read.future(req, timeout=self._timeout_s + long_poll_timeout_ms / 1000.0)
+
+    def read_lac_future(self, ledger_id: int) -> grpc.Future:
+        return self._stub.ReadLac.future(pb.ReadLacRequest(ledger_id=ledger_id), timeout=self._timeout_s)
 
     def read_range(self, ledger_id: int, first: int, last: int, max_bytes: int = 0) -> pb.ReadRangeResponse:
         return self._call(self._stub.ReadRange, pb.ReadRangeRequest(

@@ -29,15 +29,17 @@ def test_acked_entries_survive_kill_9_and_restart(cluster_factory, seed):
     stop_after = rng.randrange(2000, 6000)
     client = BookieClient(b.bookie_id)
 
-    def cb(resp, exc):
-        if exc is None and resp.status == pb.EOK:
+    class Sink:
+        def on_add_results(self, bookie, ok, failed):
             with lock:
-                acked.append(resp.entry_id)
+                acked.extend(ok)
+
+    sink = Sink()
 
     def writer():
         for e in range(20_000):
             try:
-                client.add_async(1, e, KEY, body(1, e), cb)
+                client.add_async(1, e, KEY, body(1, e), sink)
             except Exception:
                 return
 

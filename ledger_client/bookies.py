@@ -1,0 +1,87 @@
+"""Who the bookies are (a watch on ZooKeeper's `available`) and one connection per bookie."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+
+from metadata import MetadataError, MetadataStore
+
+from .placement import BookieNode
+from .transport import BookieClient
+
+
+class BookieRegistry:
+    """The writable bookies and their network locations, kept current by a ZooKeeper watch."""
+
+    def __init__(self, store: MetadataStore) -> None:
+        self._store = store
+        self._lock = threading.Lock()
+        self._writable: list[str] = []
+        self._readonly: list[str] = []
+        self._info: dict[str, dict[str, str]] = {}
+        self._changed = threading.Condition(self._lock)
+        # Read once in this thread (the watch reports on the store's worker thread, maybe later).
+        self._on_change(store.list_bookies(), store.list_bookies(readonly=True))
+        self._cancel: Callable[[], None] | None = store.watch_bookies(self._on_change)
+
+    def _on_change(self, writable: list[str], readonly: list[str]) -> None:
+        missing = [b for b in writable if b not in self._info]
+        infos = {}
+        for b in missing:
+            try:
+                infos[b] = self._store.bookie_info(b)
+            except MetadataError:
+                infos[b] = {}
+        with self._changed:
+            self._writable, self._readonly = list(writable), list(readonly)
+            self._info.update(infos)
+            self._changed.notify_all()
+
+    def writable(self) -> list[BookieNode]:
+        with self._lock:
+            return [BookieNode(b, self._info.get(b, {}).get("network_location", "")) for b in self._writable]
+
+    def writable_ids(self) -> list[str]:
+        with self._lock:
+            return list(self._writable)
+
+    def readonly_ids(self) -> list[str]:
+        with self._lock:
+            return list(self._readonly)
+
+    def wait_for(self, predicate: Callable[[list[str]], bool], timeout_s: float) -> bool:
+        with self._changed:
+            return self._changed.wait_for(lambda: predicate(self._writable), timeout_s)
+
+    def close(self) -> None:
+        if self._cancel is not None:
+            self._cancel()
+            self._cancel = None
+
+
+class BookiePool:
+    """One BookieClient per bookie id, created on first use, closed with the client."""
+
+    def __init__(self, timeout_ms: int, batch_entries_max: int) -> None:
+        self._timeout_ms = timeout_ms
+        self._batch = batch_entries_max
+        self._clients: dict[str, BookieClient] = {}
+        self._lock = threading.Lock()
+
+    def get(self, bookie_id: str) -> BookieClient:
+        c = self._clients.get(bookie_id)
+        if c is not None:
+            return c
+        with self._lock:
+            c = self._clients.get(bookie_id)
+            if c is None:
+                c = BookieClient(bookie_id, timeout_ms=self._timeout_ms, batch_entries_max=self._batch)
+                self._clients[bookie_id] = c
+            return c
+
+    def close(self) -> None:
+        with self._lock:
+            clients, self._clients = list(self._clients.values()), {}
+        for c in clients:
+            c.close()

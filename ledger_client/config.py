@@ -1,0 +1,34 @@
+"""Client configuration: one frozen dataclass, units in the names, validated at construction."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+from .errors import IncorrectParameterError
+
+
+@dataclass(frozen=True)
+class ClientConfig:
+    zk_session_timeout_ms: int = 10_000
+    zk_connect_timeout_ms: int = 10_000
+    add_timeout_ms: int = 10_000              # a bookie that has not acknowledged an add this long is replaced
+    read_timeout_ms: int = 10_000             # deadline of one read RPC
+    speculative_read_timeout_ms: int = 400    # ask the next replica too when one is this slow
+    outstanding_adds_max: int = 20_000        # appends waiting for acks per ledger (back-pressure beyond)
+    ensemble_changes_max: int = 32            # per write handle; beyond, the ledger is closed
+    entry_size_bytes_max: int = 5 * 1024 * 1024 - 1024   # payload; the bookie's limit covers the frame
+    read_batch_entries_max: int = 2_000       # entries per range read
+    read_batch_bytes_max: int = 4 * 1024 * 1024
+    explicit_lac_interval_ms: int = 0         # 0 = off; else idle writers send their LAC this often
+    metadata_retries_max: int = 30            # CAS retries of one metadata change
+    operation_timeout_ms: int = 60_000        # an append, open, recovery or close never waits longer
+    bookie_batch_entries_max: int = 512       # adds per stream message to one bookie
+    placement_seed: int | None = None         # seed of the placement randomness (tests, simulation)
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if isinstance(v, int) and not isinstance(v, bool) and v < 0:
+                raise IncorrectParameterError(f"client config {f.name} must not be negative")
+        if self.outstanding_adds_max < 1 or self.bookie_batch_entries_max < 1:
+            raise IncorrectParameterError("outstanding_adds_max and bookie_batch_entries_max must be >= 1")

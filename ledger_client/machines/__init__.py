@@ -1,0 +1,13 @@
+"""The replication protocol as plain state machines: no I/O, no clocks, no threads.
+
+The client's handles drive them with real bookie responses; the simulator in tests/sim drives
+them with an in-memory network under random faults; hypothesis drives them directly. Keeping
+the protocol here, apart from transport, is what makes the invariants of DESIGN §5 checkable.
+"""
+
+from .quorum import QuorumCoverage, write_set
+from .recovery import ReadOutcome, RecoveryReadTally, fence_start_point
+from .write import AddState, Completion, Send
+
+__all__ = ["AddState", "Completion", "QuorumCoverage", "ReadOutcome", "RecoveryReadTally", "Send",
+           "fence_start_point", "write_set"]

@@ -1,0 +1,185 @@
+"""Ledger recovery on open: fence, find the last recoverable entry, rewrite it, close.
+
+BookKeeper's LedgerRecoveryOp as its TLA+ model has it after apache/bookkeeper#2614:
+1. mark the metadata IN_RECOVERY (CAS);
+2. fence: read "entry -1" with the FENCE flag from every bookie of the last fragment until the
+   answers cover every write set; the old writer can then no longer get an entry to Qa acks;
+3. from max(LAC seen, first entry of the last fragment − 1) + 1 on, read each entry with the FENCE
+   flag from its write set in the ensemble recovery started with: one valid copy → recoverable
+   (rewritten to its whole write set of the current ensemble with RECOVERY adds); Qw − Qa + 1
+   "no such entry" → the end; anything else → abort (never guess);
+4. close by CAS at the last recovered entry. If another recovery closed it first, its answer is
+   adopted, so parallel recoveries agree (invariant 4).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from concurrent.futures import Future
+from typing import TYPE_CHECKING
+
+import grpc
+
+from metadata import LedgerMetadata, LedgerState, transitions
+
+from . import errors
+from .machines import QuorumCoverage, ReadOutcome, RecoveryReadTally, fence_start_point, write_set
+from .protocol import bookkeeper_pb2 as pb
+from .protocol.framing import Digester, FramingError, parse_header
+
+if TYPE_CHECKING:
+    from .client import LedgerClient
+
+log = logging.getLogger(__name__)
+
+
+def _await(futs: dict[int, grpc.Future], deadline: float) -> tuple[int, grpc.Future] | None:
+    """The next finished future (index, future), or None when none finished before the deadline."""
+    while futs and time.monotonic() < deadline:
+        for i, f in list(futs.items()):
+            if f.done():
+                del futs[i]
+                return i, f
+        time.sleep(0.0005)
+    return None
+
+
+class LedgerRecovery:
+    def __init__(self, client: LedgerClient, md: LedgerMetadata, digester: Digester, master_key: bytes) -> None:
+        self._client = client
+        self._lid = md.ledger_id
+        self._md = md
+        self._digester = digester
+        self._key = master_key
+        self._deadline = time.monotonic() + client.config.operation_timeout_ms / 1000
+
+    def run(self) -> LedgerMetadata:
+        md = self._client.update_metadata(self._lid, transitions.begin_recovery)
+        if md.state is LedgerState.CLOSED:
+            return md
+        self._md = md
+        start = self._fence()
+        log.info("ledger %d: fenced; recovering from entry %d", self._lid, start + 1)
+        try:
+            return self._read_and_rewrite(start)
+        except (errors.LedgerFencedError, errors.MetadataVersionError):
+            latest = self._client.ledger_metadata(self._lid)
+            if latest.state is LedgerState.CLOSED:
+                return latest  # another recovery (or the writer) closed it first: agree with it
+            raise
+
+    # ------------------------------------------------------------------ fencing
+
+    def _fence(self) -> int:
+        md = self._md
+        key = max(md.ensembles)
+        bookies = md.ensembles[key]
+        cov = QuorumCoverage(md.ensemble_size, md.write_quorum_size, md.ack_quorum_size)
+        futs: dict[int, grpc.Future] = {}
+        for i, b in enumerate(bookies):
+            try:
+                futs[i] = self._client.pool.get(b).read_future(self._lid, -1, fence=True, master_key=self._key)
+            except errors.LedgerError:
+                pass
+        lacs: list[int] = []
+        while (done := _await(futs, self._deadline)) is not None:
+            i, f = done
+            lac = self._fence_answer(bookies[i], f)
+            if lac is None:
+                continue
+            lacs.append(lac)
+            if cov.add(i):
+                return fence_start_point(key, lacs)
+        raise errors.BookieUnavailableError(
+            f"ledger {self._lid}: could not fence enough bookies of {bookies} to recover safely")
+
+    def _fence_answer(self, bookie: str, fut: grpc.Future) -> int | None:
+        try:
+            resp = fut.result()
+        except grpc.RpcError:
+            return None
+        if resp.status == pb.EUA:
+            raise errors.UnauthorizedAccessError(f"bookie {bookie} refused the master key of ledger {self._lid}")
+        if resp.status in (pb.ENOENTRY, pb.ENOLEDGER):
+            return -1
+        if resp.status != pb.EOK:
+            return None
+        try:
+            _lid, eid, _lac, _len = parse_header(resp.body)
+            lac, _length, _data = self._digester.unframe(resp.body, self._lid, eid)
+        except FramingError:
+            return None  # a corrupt copy proves nothing
+        return lac
+
+    # ------------------------------------------------------------------ read and rewrite
+
+    def _entry_length(self, entry_id: int) -> int:
+        """The ledger's cumulative length at `entry_id`, from the header of any valid copy."""
+        if entry_id < 0:
+            return 0
+        md = self._md
+        bookies = md.ensemble_at(entry_id)
+        for i in write_set(entry_id, md.ensemble_size, md.write_quorum_size):
+            try:
+                resp = self._client.pool.get(bookies[i]).read(self._lid, entry_id)
+                if resp.status == pb.EOK:
+                    return self._digester.unframe(resp.body, self._lid, entry_id)[1]
+            except (errors.LedgerError, FramingError):
+                continue
+        raise errors.ReadError(f"ledger {self._lid}: cannot read entry {entry_id} to learn its length")
+
+    def _read_and_rewrite(self, start: int) -> LedgerMetadata:
+        from .write_handle import WriteHandle
+
+        writer = WriteHandle(self._client, self._md, self._digester, self._key, recovery=True,
+                             last_add_confirmed=start, length=self._entry_length(start))
+        recovery_md = self._md  # reads go to the ensembles recovery started with (TLA+ model)
+        pending: list[Future[int]] = []
+        e = start + 1
+        while True:
+            outcome, data = self._recovery_read(recovery_md, e)
+            if outcome is ReadOutcome.ABSENT:
+                break
+            if outcome is not ReadOutcome.FOUND or data is None:
+                raise errors.ReadError(f"ledger {self._lid}: cannot tell whether entry {e} exists "
+                                       "(too many bookies unreachable); recovery aborted")
+            pending.append(writer.append_async(data))
+            e += 1
+        for f in pending:
+            f.result(timeout=max(1.0, self._deadline - time.monotonic()))
+        log.info("ledger %d: recovered up to entry %d (%d rewritten)", self._lid, e - 1, len(pending))
+        writer.close()
+        return writer.metadata
+
+    def _recovery_read(self, md: LedgerMetadata, entry_id: int) -> tuple[ReadOutcome, bytes | None]:
+        bookies = md.ensemble_at(entry_id)
+        tally = RecoveryReadTally(entry_id, md.ensemble_size, md.write_quorum_size, md.ack_quorum_size)
+        futs: dict[int, grpc.Future] = {}
+        for i in write_set(entry_id, md.ensemble_size, md.write_quorum_size):
+            try:
+                futs[i] = self._client.pool.get(bookies[i]).read_future(
+                    self._lid, entry_id, fence=True, master_key=self._key)
+            except errors.LedgerError:
+                tally.on_error(i)
+        outcome = tally.on_error(-1)  # evaluate (no-op index)
+        while outcome is ReadOutcome.PENDING and (done := _await(futs, self._deadline)) is not None:
+            i, f = done
+            try:
+                resp = f.result()
+            except grpc.RpcError:
+                outcome = tally.on_error(i)
+                continue
+            if resp.status == pb.EOK:
+                try:
+                    _lac, _len, data = self._digester.unframe(resp.body, self._lid, entry_id)
+                except FramingError:
+                    outcome = tally.on_error(i)
+                    continue
+                return tally.on_found(i), data
+            if resp.status == pb.EUA:
+                raise errors.UnauthorizedAccessError(f"ledger {self._lid}: wrong master key")
+            outcome = tally.on_absent(i) if resp.status in (pb.ENOENTRY, pb.ENOLEDGER) else tally.on_error(i)
+        for f in futs.values():
+            f.cancel()
+        return outcome, None

@@ -1,0 +1,178 @@
+"""Fencing and ledger recovery against real bookies, including the TLA+ races (bookkeeper#2614)."""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+from bookie_helpers import wait_until
+from client_helpers import bookie_of, client, data
+
+from ledger_client import LedgerState, errors
+from ledger_client.protocol import bookkeeper_pb2 as pb
+from ledger_client.protocol.framing import Digester, DigestType, master_key
+from ledger_client.transport import BookieClient
+
+pytestmark = pytest.mark.integration
+
+
+def test_writer_is_fenced_by_recovery_open_only(cluster_factory):
+    sb = cluster_factory(3)
+    with client(sb) as wc, client(sb) as rc:
+        w = wc.create_ledger(3, 3, 2, password=b"pw")
+        for i in range(10):
+            w.append(data(w.ledger_id, i))
+        rc.open_ledger(w.ledger_id, b"pw", recovery=False)   # a plain open does not fence
+        w.append(data(w.ledger_id, 10))
+        with pytest.raises(errors.UnauthorizedAccessError):
+            rc.open_ledger(w.ledger_id, b"wrong", recovery=True)   # nor a wrong password
+        w.append(data(w.ledger_id, 11))
+        r = rc.open_ledger(w.ledger_id, b"pw", recovery=True)
+        assert r.is_closed and r.last_add_confirmed == 11
+        with pytest.raises(errors.LedgerFencedError):
+            w.append(data(w.ledger_id, 12))
+        assert [e.data for e in r.read(0, 11)] == [data(w.ledger_id, i) for i in range(12)]
+        # The fence survives a bookie restart: the old writer still cannot add on it.
+        b = sb.bookies[0]
+        b.kill()
+        sb.restart(b)
+        body = Digester(DigestType.CRC32C, b"pw").frame(w.ledger_id, 12, 11, 0, b"x")
+        with BookieClient(b.bookie_id) as bc:
+            assert bc.add(w.ledger_id, 12, master_key(b"pw"), body).result(10).status == pb.EFENCED
+
+
+def test_parallel_recovery_opens_agree(cluster_factory):
+    sb = cluster_factory(3)
+    with client(sb) as wc:
+        w = wc.create_ledger(3, 3, 2)
+        futs = [w.append_async(data(w.ledger_id, i)) for i in range(300)]
+        acked = [f.result(30) for f in futs[:100]]
+        clients = [client(sb) for _ in range(3)]
+        try:
+            with ThreadPoolExecutor(3) as ex:
+                handles = list(ex.map(lambda c: c.open_ledger(w.ledger_id, b""), clients))
+            ends = {h.last_add_confirmed for h in handles}
+            assert len(ends) == 1, ends
+            end = ends.pop()
+            assert end >= max(acked)
+            assert all(f.result(30) <= end for f in futs if f.done() and not f.exception())
+            assert wc.ledger_metadata(w.ledger_id).last_entry_id == end
+        finally:
+            for c in clients:
+                c.close()
+
+
+def test_tail_on_one_bookie_only_is_recovered_and_rereplicated(cluster_factory):
+    """With Qa = 1 an entry on a single bookie may have been acknowledged: recovery must keep it
+    (no write set can show Qw - Qa + 1 = 3 "no such entry" answers) and copy it to all three."""
+    sb = cluster_factory(3)
+    with client(sb) as c:
+        w = c.create_ledger(3, 3, 1, password=b"pw")
+        for i in range(10):
+            w.append(data(w.ledger_id, i))
+        # The writer "crashes" after sending entry 10 to one bookie only.
+        ensemble = c.ledger_metadata(w.ledger_id).ensembles[0]
+        body = Digester(DigestType.CRC32C, b"pw").frame(w.ledger_id, 10, 9, 11 * 64, data(w.ledger_id, 10))
+        with BookieClient(ensemble[0]) as bc:
+            assert bc.add(w.ledger_id, 10, master_key(b"pw"), body).result(10).status == pb.EOK
+        with client(sb) as rc:
+            r = rc.open_ledger(w.ledger_id, b"pw")
+            assert r.last_add_confirmed == 10 and r.length == 11 * 64
+            assert r.read(10, 10)[0].data == data(w.ledger_id, 10)
+        for b in ensemble:  # recovery rewrote it to the whole write set
+            with BookieClient(b) as bc:
+                assert bc.read(w.ledger_id, 10).status == pb.EOK, b
+
+
+def test_recovery_with_a_dead_bookie_and_a_spare(cluster_factory):
+    sb = cluster_factory(4)
+    with client(sb) as c:
+        w = c.create_ledger(3, 3, 2)
+        for i in range(20):
+            w.append(data(w.ledger_id, i))
+        # Entry 20 reaches one bookie, which then dies: recovery must not wait for it.
+        ensemble = c.ledger_metadata(w.ledger_id).ensembles[0]
+        bookie_of(sb, ensemble[2]).kill()
+        with client(sb) as rc:
+            r = rc.open_ledger(w.ledger_id, b"")
+            assert r.is_closed and r.last_add_confirmed == 19
+            assert [e.data for e in r.read(0, 19)] == [data(w.ledger_id, i) for i in range(20)]
+
+
+def test_recovery_without_a_spare_waits_for_one_to_join(cluster_factory):
+    sb = cluster_factory(3)
+    with client(sb) as c:
+        w = c.create_ledger(3, 3, 2, password=b"pw")
+        for i in range(5):
+            w.append(data(w.ledger_id, i))
+        ensemble = c.ledger_metadata(w.ledger_id).ensembles[0]
+        # Entry 5 reached two bookies, then one of the three died: recovery must rewrite entry 5
+        # to a full write set, and with no spare bookie it cannot.
+        body = Digester(DigestType.CRC32C, b"pw").frame(w.ledger_id, 5, 4, 6 * 64, data(w.ledger_id, 5))
+        for b in ensemble[:2]:
+            with BookieClient(b) as bc:
+                assert bc.add(w.ledger_id, 5, master_key(b"pw"), body).result(10).status == pb.EOK
+        bookie_of(sb, ensemble[2]).kill()
+        with client(sb) as rc:
+            with pytest.raises(errors.NotEnoughBookiesError):
+                rc.open_ledger(w.ledger_id, b"pw")
+            assert rc.ledger_metadata(w.ledger_id).state is LedgerState.IN_RECOVERY
+            sb.add_bookie()
+            r = rc.open_ledger(w.ledger_id, b"pw")
+            assert r.last_add_confirmed == 5
+            md = r.metadata
+            assert max(md.ensembles) == 5 and ensemble[2] not in md.ensembles[5]
+            assert [e.data for e in r.read(0, 5)] == [data(w.ledger_id, i) for i in range(6)]
+
+
+def test_old_writer_cannot_commit_after_the_new_close(cluster_factory):
+    """TLA+ race 1: entries in flight when recovery fences must not be acknowledged afterwards
+    beyond the end recovery chose."""
+    sb = cluster_factory(3)
+    with client(sb) as wc, client(sb) as rc:
+        w = wc.create_ledger(3, 3, 2)
+        acked: list[int] = []
+        stop = threading.Event()
+
+        def write():
+            i = 0
+            while not stop.is_set():
+                try:
+                    acked.append(w.append(data(w.ledger_id, i)))
+                except errors.LedgerError:
+                    return
+                i += 1
+
+        t = threading.Thread(target=write)
+        t.start()
+        wait_until(lambda: len(acked) > 50, what="writes")
+        r = rc.open_ledger(w.ledger_id, b"")
+        stop.set()
+        t.join(timeout=30)
+        end = r.last_add_confirmed
+        assert acked and max(acked) <= end, (max(acked), end)
+        assert [e.entry_id for e in r.read(0, end)] == list(range(end + 1))
+
+
+def test_recovery_never_creates_a_fragment_key_below_an_existing_one(cluster_factory):
+    """TLA+ race 2: bookies' piggybacked LACs lag the fragment the writer just created."""
+    sb = cluster_factory(5)
+    with client(sb) as wc:
+        w = wc.create_ledger(3, 3, 2)
+        for i in range(10):
+            w.append(data(w.ledger_id, i))
+        first = wc.ledger_metadata(w.ledger_id).ensembles[0]
+        bookie_of(sb, first[0]).kill()
+        w.append(data(w.ledger_id, 10))  # forces an ensemble change: fragment at 10
+        md = wc.ledger_metadata(w.ledger_id)
+        assert sorted(md.ensembles) == [0, 10]
+        # Now the new fragment loses a bookie too, before its LAC reaches anyone but the writer.
+        new_only = [b for b in md.ensembles[10] if b not in first]
+        bookie_of(sb, new_only[0]).kill()
+        with client(sb) as rc:
+            r = rc.open_ledger(w.ledger_id, b"")
+            keys = sorted(r.metadata.ensembles)
+            assert keys == sorted(set(keys)) and keys[:2] == [0, 10] and all(k >= 10 for k in keys[1:])
+            assert r.last_add_confirmed >= 10
+            assert [e.data for e in r.read(0, 10)] == [data(w.ledger_id, i) for i in range(11)]
