@@ -114,6 +114,12 @@ def cmd_sandbox(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_shell(args: argparse.Namespace) -> int:
+    from .shell import run_shell
+
+    return run_shell(args)
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     from .bench import run_bench
 
@@ -153,6 +159,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--zk-port", type=int, default=None)
     p.add_argument("--demo", action="store_true", help="run the round-trip demo, then stop")
     p.set_defaults(func=cmd_sandbox)
+
+    from .shell import add_shell_parser
+
+    p = sub.add_parser("shell", help="inspect and test the cluster (listbookies, readledger, ...)")
+    add_shell_parser(p, zk_default=_zk_default())
+    p.set_defaults(func=cmd_shell)
 
     from .bench import add_bench_parser
 
