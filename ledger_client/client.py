@@ -36,11 +36,14 @@ log = logging.getLogger(__name__)
 
 
 @contextmanager
-def metadata_errors(what: str) -> Iterator[None]:
-    """Metadata-store failures as the client's typed errors."""
+def metadata_errors(what: str, ledger_op: bool = True) -> Iterator[None]:
+    """Metadata-store failures as the client's typed errors (a missing znode is a missing ledger
+    only for ledger operations; elsewhere it means the cluster layout is missing)."""
     try:
         yield
     except NoNodeError as e:
+        if not ledger_op:
+            raise errors.MetadataServiceError(f"{what}: {e} (run `spark-bookie init` first?)") from e
         raise errors.NoSuchLedgerError(f"{what}: no such ledger ({e})") from e
     except BadVersionError as e:
         raise errors.MetadataVersionError(f"{what}: metadata changed concurrently ({e})") from e
@@ -79,11 +82,11 @@ class LedgerClient:
         self.config = config or ClientConfig()
         self._owns_store = metadata_store is None
         if metadata_store is None:
-            with metadata_errors(f"connect to {zk}"):
+            with metadata_errors(f"connect to {zk}", ledger_op=False):
                 metadata_store = connect_metadata(zk, session_timeout_ms=self.config.zk_session_timeout_ms,
                                                   connect_timeout_ms=self.config.zk_connect_timeout_ms)
         self.store: MetadataStore = metadata_store
-        with metadata_errors("watch bookies"):
+        with metadata_errors("watch bookies", ledger_op=False):
             self.registry = BookieRegistry(self.store)
         self.pool = BookiePool(self.config.read_timeout_ms, self.config.bookie_batch_entries_max)
         self.placement = EnsemblePlacement(random.Random(self.config.placement_seed))

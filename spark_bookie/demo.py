@@ -1,66 +1,64 @@
-"""The sandbox's round-trip demo: one ledger written to every bookie, read back and checked.
+"""The sandbox demo (README's main command): a replicated ledger surviving a bookie's death.
 
-At this stage the demo speaks the bookie protocol directly (the replicated ledger client comes
-next): it registers ledger metadata in ZooKeeper, streams framed, CRC32C-digested entries to all
-bookies (E = Qw = 3), reads every entry back from every bookie, verifies each digest and byte,
-then deletes the ledger's metadata so the bookies' garbage collector reclaims it.
+One client writes a ledger with E3/Qw3/Qa2; halfway through, one bookie of its ensemble is
+killed with SIGKILL and the writer keeps going through an ensemble change; a second client then
+opens the ledger with recovery (fencing the writer), reads every entry back byte for byte and
+prints the ledger's fragments.
 """
 
 from __future__ import annotations
 
-import secrets
 import time
 from concurrent.futures import Future
 
-from ledger_client.protocol import bookkeeper_pb2 as pb
-from ledger_client.protocol.framing import Digester, DigestType, master_key
-from ledger_client.transport import BookieClient, status_error
+from ledger_client import ClientConfig, LedgerClient, errors
 
 from .sandbox import Sandbox
 
-ENTRIES = 1000
+ENTRIES = 2000
+
+
+def _payload(i: int) -> bytes:
+    return f"entry {i:05d} of the spark-bookie demo ".encode() * 16
 
 
 def round_trip(sb: Sandbox, entries: int = ENTRIES) -> int:
-    if sb.store is None:
-        raise RuntimeError("sandbox is not started")
-    ledger_id = secrets.randbits(40)
-    password = b"demo"
-    key = master_key(password)
-    digester = Digester(DigestType.CRC32C, password)
-    sb.store.create_ledger_node(ledger_id, b"demo ledger")
-    clients = [BookieClient(b.bookie_id) for b in sb.bookies]
-    try:
-        payloads = [f"entry {i} of the spark-bookie demo".encode() * 8 for i in range(entries)]
+    cfg = ClientConfig(add_timeout_ms=5_000)
+    with LedgerClient(sb.connect_string, config=cfg) as writer_client:
+        w = writer_client.create_ledger(3, 3, 2, password=b"demo", custom_metadata={"demo": b"yes"})
+        print(f"created ledger {w.ledger_id} on {w.metadata.ensembles[0]} (E3/Qw3/Qa2)")
+        victim = w.metadata.ensembles[0][1]
+        futures: list[Future[int]] = []
         t0 = time.perf_counter()
-        futures: list[Future[pb.AddResponse]] = []
-        length = 0
-        for i, data in enumerate(payloads):
-            length += len(data)
-            body = digester.frame(ledger_id, i, i - 1, length, data)
-            futures += [c.add(ledger_id, i, key, body) for c in clients]
-        for f in futures:
-            r = f.result(timeout=30)
-            if r.status != pb.EOK:
-                raise status_error(r.status, r.detail, "add")
-        elapsed = time.perf_counter() - t0
-        print(f"wrote ledger {ledger_id}: {entries} entries x {len(clients)} bookies, durable, "
-              f"in {elapsed * 1000:.0f} ms")
-        for c in clients:
-            got = 0
-            while got < entries:
-                resp = c.read_range(ledger_id, got, entries - 1)
-                if resp.status != pb.EOK:
-                    raise status_error(resp.status, resp.detail, f"read from {c.address}")
-                for body in resp.bodies:
-                    _lac, _len, data = digester.unframe(body, ledger_id, got)
-                    if data != payloads[got]:
-                        raise RuntimeError(f"entry {got} from {c.address} differs from what was written")
-                    got += 1
-            print(f"read back {got} entries from bookie {c.address}: digests and bytes match")
-    finally:
-        for c in clients:
-            c.close()
-        sb.store.delete_ledger_node(ledger_id)
-    print("round trip OK")
+        for i in range(entries):
+            if i == entries // 2:
+                for b in futures[-200:]:
+                    b.result(timeout=60)
+                proc = next(b for b in sb.bookies if b.bookie_id == victim)
+                proc.kill()
+                print(f"killed bookie {victim} (SIGKILL) after {i} entries; still writing")
+            futures.append(w.append_async(_payload(i)))
+        acked = [f.result(timeout=120) for f in futures]
+        took = time.perf_counter() - t0
+        print(f"{len(acked)} entries acknowledged in {took:.2f} s ({len(acked) / took:,.0f}/s), "
+              f"last add confirmed {w.last_add_confirmed}")
+        with LedgerClient(sb.connect_string, config=cfg) as reader_client:
+            r = reader_client.open_ledger(w.ledger_id, b"demo", recovery=True)
+            print(f"second client recovered the ledger: closed={r.is_closed}, last entry {r.last_add_confirmed}")
+            try:
+                w.append(b"one more")
+                print("ERROR: the old writer could still append after recovery")
+                return 1
+            except errors.LedgerFencedError:
+                print("the old writer is fenced: its next append fails with LedgerFencedError")
+            got = r.read(0, r.last_add_confirmed)
+            bad = [e.entry_id for e in got if e.data != _payload(e.entry_id)]
+            if len(got) != entries or bad:
+                print(f"ERROR: read back {len(got)} entries, {len(bad)} differ")
+                return 1
+            print(f"read back all {len(got)} entries: every byte matches")
+            print("fragments (first entry: bookies):")
+            for first, bookies in sorted(r.metadata.ensembles.items()):
+                print(f"  {first}: {bookies}")
+    print("demo OK")
     return 0

@@ -153,3 +153,14 @@ def test_lac_tracker_long_poll():
         assert t.waiting() == 0
 
     asyncio.run(run())
+
+
+def test_client_conf_file_documents_every_key_with_its_default():
+    from ledger_client import ClientConfig
+
+    text = (ROOT / "conf" / "client.toml").read_text()
+    documented = tomllib.loads(text)["client"]
+    fields = {f.name for f in dataclasses.fields(ClientConfig)}
+    assert set(documented) | {"placement_seed"} == fields
+    assert "# placement_seed" in text
+    assert ClientConfig(**documented) == ClientConfig()
