@@ -33,6 +33,9 @@ def add_bench_parser(p: argparse.ArgumentParser) -> None:
     b.add_argument("--json", default="bench-bookie.json", help="where to write the results")
     b.add_argument("--quick", action="store_true", help="smaller runs (smoke test)")
     b.set_defaults(func_bench=bench_bookie)
+    from .bench_append import add_append_parser
+
+    add_append_parser(sub)
 
 
 def run_bench(args: argparse.Namespace) -> int:

@@ -95,8 +95,8 @@ class RequestProcessor:
 
     # ------------------------------------------------------------------ adds
 
-    def _accept_add(self, add: pb.AddRequest, records: list[JournalRecord]) -> int:
-        """Validate one add and apply it to storage; returns the LAC its header piggybacks."""
+    def _check_body(self, add: pb.AddRequest) -> int:
+        """Validate one add before anything is written; returns the LAC its header piggybacks."""
         lid, eid, body = add.ledger_id, add.entry_id, add.body
         if lid < 0 or eid < 0:
             raise BadRequestError(f"ledger and entry ids must be >= 0 (got {lid}/{eid})")
@@ -107,33 +107,56 @@ class RequestProcessor:
             hlid, heid, hlac, _length = parse_header(body)
         except FramingError as e:
             raise BadRequestError(str(e)) from e
-        if (hlid, heid) != (lid, eid):
+        if hlid != lid or heid != eid:
             raise BadRequestError(f"body header names entry {hlid}/{heid}, request names {lid}/{eid}")
-        self._check_key(lid, add.master_key, records)
-        if add.flag != pb.RECOVERY_ADD and self._storage.is_fenced(lid):
-            raise FencedError(f"ledger {lid} is fenced")
-        self._storage.add_entry(lid, eid, body)
-        records.append(JournalRecord(RecordType.ADD, lid, eid, body))
         return hlac
+
+    def _accept_ledger(self, lid: int, group: list[pb.AddRequest], records: list[JournalRecord],
+                       ok_ids: list[int], failures: list[pb.AddResponse]) -> int:
+        """Validate and apply one ledger's adds of a batch (one key check and one storage lock for
+        the lot); returns the highest piggybacked LAC among the accepted ones."""
+        entries: list[tuple[int, bytes]] = []
+        good_key: bytes | None = None
+        fenced = False
+        top_lac = -2
+        for add in group:
+            try:
+                hlac = self._check_body(add)
+                if add.master_key != good_key:
+                    self._check_key(lid, add.master_key, records)
+                    good_key = add.master_key
+                    fenced = self._storage.is_fenced(lid)
+                if fenced and add.flag != pb.RECOVERY_ADD:
+                    raise FencedError(f"ledger {lid} is fenced")
+            except BookieError as e:
+                failures.append(_add_response(add, e.status, str(e)))
+                continue
+            entries.append((add.entry_id, add.body))
+            records.append(JournalRecord(RecordType.ADD, lid, add.entry_id, add.body))
+            ok_ids.append(add.request_id)
+            if hlac > top_lac:
+                top_lac = hlac
+        if entries:
+            self._storage.add_entries(lid, entries)
+        return top_lac
 
     def process_adds(self, adds: Sequence[pb.AddRequest], reply: Reply) -> None:
         """Apply a batch; `reply(ok_request_ids, failures)` runs once all accepted adds are durable."""
         failures: list[pb.AddResponse] = []
+        if self._read_only():
+            reply([], [_add_response(a, pb.EREADONLY, "bookie is read-only (disk usage above threshold)")
+                       for a in adds])
+            return
+        by_ledger: dict[int, list[pb.AddRequest]] = {}
+        for add in adds:
+            group = by_ledger.get(add.ledger_id)
+            if group is None:
+                group = by_ledger[add.ledger_id] = []
+            group.append(add)
         records: list[JournalRecord] = []
         ok_ids: list[int] = []
-        lacs: dict[int, int] = {}
-        read_only = self._read_only()
-        for add in adds:
-            try:
-                if read_only:
-                    raise ReadOnlyError("bookie is read-only (disk usage above threshold)")
-                lac = self._accept_add(add, records)
-            except BookieError as e:
-                failures.append(_add_response(add, e.status, str(e)))
-                continue
-            ok_ids.append(add.request_id)
-            if lac > lacs.get(add.ledger_id, -2):
-                lacs[add.ledger_id] = lac
+        lacs = {lid: self._accept_ledger(lid, group, records, ok_ids, failures)
+                for lid, group in by_ledger.items()}
         if not records:
             reply([], failures)
             return
@@ -141,12 +164,13 @@ class RequestProcessor:
         def finish(exc: BaseException | None) -> None:
             if exc is not None:
                 detail = f"journal write failed: {exc}"
-                failed = {a.request_id for a in adds} - {f.request_id for f in failures}
-                failures.extend(_add_response(a, pb.EIO, detail) for a in adds if a.request_id in failed)
+                accepted = set(ok_ids)
+                failures.extend(_add_response(a, pb.EIO, detail) for a in adds if a.request_id in accepted)
                 reply([], failures)
                 return
             for lid, lac in lacs.items():
-                self.lac.advance(lid, lac)
+                if lac >= -1:
+                    self.lac.advance(lid, lac)
             reply(ok_ids, failures)
 
         def done(exc: BaseException | None) -> None:

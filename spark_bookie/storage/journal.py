@@ -37,7 +37,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import google_crc32c
 
@@ -67,8 +67,10 @@ class RecordType(enum.IntEnum):
 _TYPES: dict[int, RecordType] = {int(t): t for t in RecordType}
 
 
-@dataclass(frozen=True, slots=True)
-class JournalRecord:
+class JournalRecord(NamedTuple):
+    """One journaled change. A NamedTuple: one is built per add, and that is cheaper than a
+    frozen dataclass."""
+
     type: RecordType
     ledger_id: int
     entry_id: int

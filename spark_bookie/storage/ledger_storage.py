@@ -228,6 +228,28 @@ class LedgerStorage:
         if full:
             self.flush()
 
+    def add_entries(self, ledger_id: int, entries: list[tuple[int, bytes]]) -> None:
+        """add_entry for many entries of one ledger under one lock (the bookie's batched add path)."""
+        for entry_id, _body in entries:
+            _check_id(entry_id, "entry")
+        with self._state_lock:
+            st = self._states.get(ledger_id)
+            if st is None:
+                raise NoLedgerError(f"ledger {ledger_id} does not exist on this bookie")
+            if st.last_entry is None:
+                st.last_entry = self._index.last_entry_id(ledger_id)
+            cache = self._active
+            put = cache.put
+            top = st.last_entry
+            for entry_id, body in entries:
+                put(ledger_id, entry_id, body)
+                if entry_id > top:
+                    top = entry_id
+            st.last_entry = top
+            full = cache.size_bytes >= self.write_cache_bytes_max
+        if full:
+            self.flush()
+
     def needs_flush(self) -> bool:
         return self._active.size_bytes >= self.write_cache_bytes_max // 2
 

@@ -1,0 +1,174 @@
+"""`spark-bookie bench append`: replicated appends through the client, beside a peer in the same run.
+
+Three bookie processes, 1 KiB entries, E3/Qw3/Qa2 and E3/Qw2/Qa2: throughput with a pipelined
+writer, and latency (p50/p99/p999) at an offered 1,000 entries/s. The peer is Redis with
+`appendfsync always` (every write fsynced, one copy), XADD from 64 concurrent clients, measured
+on the same machine in the same run when `redis-server` is installed. Goals (issue 3): at least
+20,000 acknowledged entries/s, at least twice the peer's rate, and p99 below 5 ms at 1,000/s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import threading
+import time
+from concurrent.futures import Future
+from pathlib import Path
+from typing import Any
+
+GOAL_ENTRIES_PER_S = 20_000
+GOAL_PEER_RATIO = 2.0
+GOAL_P99_MS_AT_1K = 5.0
+CONFIGS = ((3, 3, 2), (3, 2, 2))
+
+
+def add_append_parser(sub: Any) -> None:
+    p = sub.add_parser("append", help="replicated appends (3 bookies) vs a Redis appendfsync-always peer")
+    p.add_argument("--entries", type=int, default=100_000)
+    p.add_argument("--entry-bytes", type=int, default=1024)
+    p.add_argument("--seconds-at-rate", type=float, default=10.0, help="duration of the 1,000/s latency run")
+    p.add_argument("--json", default="bench-append.json")
+    p.add_argument("--quick", action="store_true", help="smaller runs (smoke test)")
+    p.set_defaults(func_bench=bench_append)
+
+
+def _pct(values: list[float], p: float) -> float:
+    s = sorted(values)
+    return s[min(len(s) - 1, int(round(p / 100 * (len(s) - 1))))] * 1000.0 if s else float("nan")
+
+
+def _throughput(client: Any, cfg: tuple[int, int, int], entries: int, size: int) -> dict[str, float]:
+    w = client.create_ledger(*cfg)
+    payload = os.urandom(size)
+    t0 = time.perf_counter()
+    futs = [w.append_async(payload) for _ in range(entries)]
+    last = futs[-1].result(timeout=600)
+    elapsed = time.perf_counter() - t0
+    failed = sum(1 for f in futs if f.exception() is not None)
+    w.close()
+    if failed or last != entries - 1:
+        raise RuntimeError(f"{failed} appends failed")
+    return {"entries_per_s": entries / elapsed, "mb_per_s": entries * size / elapsed / 1e6}
+
+
+def _latency_at_rate(client: Any, cfg: tuple[int, int, int], rate: float, seconds: float,
+                     size: int) -> dict[str, float]:
+    """Open loop: entry i is due at t0 + i/rate; latency counts from then (no coordinated omission)."""
+    w = client.create_ledger(*cfg)
+    payload = os.urandom(size)
+    n = int(rate * seconds)
+    lat = [0.0] * n
+    futs: list[Future[int]] = []
+    t0 = time.perf_counter()
+    for i in range(n):
+        due = t0 + i / rate
+        delay = due - time.perf_counter()
+        if delay > 0:
+            time.sleep(delay)
+        f = w.append_async(payload)
+        f.add_done_callback(lambda _f, i=i, due=due: lat.__setitem__(i, time.perf_counter() - due))
+        futs.append(f)
+    for f in futs:
+        f.result(timeout=120)
+    w.close()
+    return {"offered_per_s": rate, "p50_ms": _pct(lat, 50), "p99_ms": _pct(lat, 99), "p999_ms": _pct(lat, 99.9)}
+
+
+def redis_peer(workdir: Path, seconds: float, size: int, clients: int = 64) -> dict[str, Any]:
+    """Redis 7 with appendfsync always: XADD of `size` bytes from `clients` concurrent connections."""
+    server = shutil.which("redis-server")
+    if server is None:
+        return {"skipped": "redis-server is not installed (apt-get install redis-server)"}
+    import redis  # the client library is a test/bench dependency
+
+    from .zookeeper import free_port
+
+    port = free_port()
+    workdir.mkdir(parents=True, exist_ok=True)
+    proc = subprocess.Popen([server, "--port", str(port), "--bind", "127.0.0.1", "--dir", str(workdir),
+                             "--appendonly", "yes", "--appendfsync", "always", "--save", ""],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        r = redis.Redis(port=port)
+        for _ in range(100):
+            try:
+                r.ping()
+                break
+            except redis.ConnectionError:
+                time.sleep(0.05)
+        payload = os.urandom(size)
+        counts = [0] * clients
+        stop = time.perf_counter() + seconds
+
+        def writer(k: int) -> None:
+            c = redis.Redis(port=port)
+            while time.perf_counter() < stop:
+                c.xadd("bench", {"p": payload})
+                counts[k] += 1
+
+        threads = [threading.Thread(target=writer, args=(k,)) for k in range(clients)]
+        t0 = time.perf_counter()
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        elapsed = time.perf_counter() - t0
+        return {"entries_per_s": sum(counts) / elapsed, "clients": clients, "fsync": "always"}
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def bench_append(args: argparse.Namespace) -> int:
+    from ledger_client import ClientConfig, LedgerClient
+
+    from .sandbox import Sandbox
+
+    entries = 20_000 if args.quick else args.entries
+    seconds = 3.0 if args.quick else args.seconds_at_rate
+    root = Path(tempfile.mkdtemp(prefix="bench-append-"))
+    res: dict[str, Any] = {"entries": entries, "entry_bytes": args.entry_bytes}
+    with Sandbox(root / "cluster", 3, bookie_settings={"gc_interval_ms": 3_600_000}) as sb:
+        with LedgerClient(sb.connect_string, config=ClientConfig()) as client:
+            _throughput(client, (3, 3, 2), min(entries, 5_000), args.entry_bytes)  # warm-up
+            for cfg in CONFIGS:
+                name = "E{}Qw{}Qa{}".format(*cfg)
+                res[name] = _throughput(client, cfg, entries, args.entry_bytes)
+                res[name + "_at_1000"] = _latency_at_rate(client, cfg, 1000.0, seconds, args.entry_bytes)
+    res["peer_redis"] = redis_peer(root / "redis", 5.0 if args.quick else 10.0, args.entry_bytes)
+    shutil.rmtree(root, ignore_errors=True)
+    _report(res)
+    Path(args.json).write_text(json.dumps(res, indent=2))
+    print(f"results written to {args.json}")
+    return 0
+
+
+def _report(res: dict[str, Any]) -> None:
+    peer = res["peer_redis"]
+    peer_rate = peer.get("entries_per_s")
+    print()
+    for cfg in CONFIGS:
+        name = "E{}Qw{}Qa{}".format(*cfg)
+        t, lat = res[name], res[name + "_at_1000"]
+        print(f"{name}: {t['entries_per_s']:>10,.0f} entries/s ({t['mb_per_s']:.1f} MB/s)   at 1,000/s: "
+              f"p50 {lat['p50_ms']:.2f} ms  p99 {lat['p99_ms']:.2f} ms  p999 {lat['p999_ms']:.2f} ms")
+    if peer_rate:
+        print(f"peer: Redis appendfsync=always, XADD, {peer['clients']} clients: {peer_rate:,.0f} entries/s "
+              "(one copy)")
+    else:
+        print(f"peer: {peer['skipped']}")
+    best = res["E3Qw3Qa2"]["entries_per_s"]
+    goals = {
+        f"E3Qw3Qa2 >= {GOAL_ENTRIES_PER_S:,}/s": best >= GOAL_ENTRIES_PER_S,
+        f"p99 at 1,000/s < {GOAL_P99_MS_AT_1K} ms": res["E3Qw3Qa2_at_1000"]["p99_ms"] < GOAL_P99_MS_AT_1K,
+    }
+    if peer_rate:
+        goals[f">= {GOAL_PEER_RATIO}x the peer"] = best >= GOAL_PEER_RATIO * peer_rate
+    res["goals"] = goals
+    for goal, ok in goals.items():
+        print(f"goal {goal}: {'PASS' if ok else 'FAIL'}")
