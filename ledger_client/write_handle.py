@@ -278,9 +278,7 @@ class WriteHandle:
             for eid, t in self._sent_at.items():
                 if now - t < limit:
                     break
-                p = self._sm.pending.get(eid)
-                if p is not None:
-                    late |= {b for b in p.targets.values() if b not in p.acked}
+                late.update(self._sm.unacked(eid))
         for b in late:
             self._on_failure(b, errors.LedgerTimeoutError(f"no ack from {b} in {limit:.0f}s"))
 

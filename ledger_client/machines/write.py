@@ -35,17 +35,12 @@ class Completion(NamedTuple):
     length: int     # the ledger's cumulative length up to and including this entry
 
 
-class _Pending:
-    __slots__ = ("entry_id", "targets", "acked", "length")
-
-    def __init__(self, entry_id: int, targets: dict[int, str], length: int) -> None:
-        self.entry_id = entry_id
-        self.targets = targets          # ensemble index -> bookie the entry was (re)sent to
-        self.acked: set[str] = set()
-        self.length = length
-
-
 class AddState:
+    """Per pending entry it keeps three plain dict values (bookies per write-set slot, an acked
+    bitmask, the cumulative length) rather than an object with a set and a dict: a writer has
+    thousands of entries in flight and per-entry containers made Python's cyclic GC the largest
+    cost of an append."""
+
     def __init__(self, ensemble_size: int, write_quorum_size: int, ack_quorum_size: int,
                  ensembles: dict[int, list[str]], last_add_confirmed: int = -1, length: int = 0) -> None:
         invariant(ensemble_size >= write_quorum_size >= ack_quorum_size >= 1, "need E >= Qw >= Qa >= 1")
@@ -59,9 +54,11 @@ class AddState:
         self.lac_length = length
         self.length = length
         self.next_entry_id = last_add_confirmed + 1
-        self.pending: dict[int, _Pending] = {}
+        self.pending: dict[int, tuple[str, ...]] = {}   # entry id -> bookie of each write-set slot
+        self._acked: dict[int, int] = {}                 # entry id -> bitmask of acked slots
+        self._lengths: dict[int, int] = {}               # entry id -> cumulative length
         # Write sets repeat every E entries: compute the E of them once.
-        self._write_sets = [write_set(i, ensemble_size, write_quorum_size) for i in range(ensemble_size)]
+        self._write_sets = [tuple(write_set(i, ensemble_size, write_quorum_size)) for i in range(ensemble_size)]
         self.failed: set[str] = set()
         self.changing = False
         self.changes = 0
@@ -74,36 +71,47 @@ class AddState:
         self.next_entry_id += 1
         self.length += size
         ensemble = self.ensemble
-        targets = {i: ensemble[i] for i in self._write_sets[eid % self.e]}
-        self.pending[eid] = _Pending(eid, targets, self.length)
+        positions = self._write_sets[eid % self.e]
+        targets = tuple([ensemble[i] for i in positions])
+        self.pending[eid] = targets
+        self._acked[eid] = 0
+        self._lengths[eid] = self.length
         # A bookie known to have failed gets nothing; the running ensemble change resends to its successor.
         failed = self.failed
-        return eid, self.length, [Send(eid, i, b) for i, b in targets.items() if b not in failed]
+        return eid, self.length, [Send(eid, i, b) for i, b in zip(positions, targets, strict=True) if b not in failed]
 
     def on_ack(self, entry_id: int, bookie: str) -> list[Completion]:
         return self.on_acks(bookie, (entry_id,))
 
     def on_acks(self, bookie: str, entry_ids: Iterable[int]) -> list[Completion]:
         """Acks from one bookie (a whole stream message's worth); then whatever can complete."""
-        pending = self.pending
+        pending, acked = self.pending, self._acked
         for eid in entry_ids:
-            p = pending.get(eid)
-            if p is not None and bookie in p.targets.values():
-                p.acked.add(bookie)
+            targets = pending.get(eid)
+            if targets is not None and bookie in targets:
+                acked[eid] |= 1 << targets.index(bookie)
             # else: a late ack for a completed entry, or from a bookie since replaced
         return self._complete()
+
+    def unacked(self, entry_id: int) -> list[str]:
+        """Bookies that still owe an ack for a pending entry (for add timeouts)."""
+        targets = self.pending.get(entry_id, ())
+        mask = self._acked.get(entry_id, 0)
+        return [b for k, b in enumerate(targets) if not mask >> k & 1]
 
     def _complete(self) -> list[Completion]:
         if self.changing:
             return []
         done: list[Completion] = []
-        pending = self.pending
+        pending, acked, lengths, qa = self.pending, self._acked, self._lengths, self.qa
         # The next entry to complete is always LAC + 1 (looking it up by key: iterating a dict
         # whose front was deleted costs O(deleted) per call).
-        while (p := pending.get(self.lac + 1)) is not None and len(p.acked) >= self.qa:
-            del pending[p.entry_id]
-            self.lac, self.lac_length = p.entry_id, p.length
-            done.append(Completion(p.entry_id, p.length))
+        while (mask := acked.get(self.lac + 1)) is not None and mask.bit_count() >= qa:
+            eid = self.lac + 1
+            del pending[eid], acked[eid]
+            length = lengths.pop(eid)
+            self.lac, self.lac_length = eid, length
+            done.append(Completion(eid, length))
         return done
 
     # ------------------------------------------------------------------ ensemble changes
@@ -132,15 +140,20 @@ class AddState:
         self.ensemble = list(new_ensemble)
         self.changes += 1
         sends: list[Send] = []
-        for eid, p in self.pending.items():
+        for eid, targets in list(self.pending.items()):
             invariant(eid >= first_entry_id, f"pending entry {eid} below the new fragment {first_entry_id}")
-            for i, old in list(p.targets.items()):
-                new = new_ensemble[i]
+            positions = self._write_sets[eid % self.e]
+            new_targets = tuple([new_ensemble[i] for i in positions])
+            if new_targets == targets:
+                continue
+            mask = self._acked[eid]
+            for k, (i, old, new) in enumerate(zip(positions, targets, new_targets, strict=True)):
                 if new != old:
-                    p.acked.discard(old)
-                    p.targets[i] = new
+                    mask &= ~(1 << k)  # the replaced bookie's copy no longer counts
                     if new not in self.failed:
                         sends.append(Send(eid, i, new))
+            self.pending[eid] = new_targets
+            self._acked[eid] = mask
         self.failed &= set(new_ensemble)
         self.changing = bool(self.failed)  # a bookie that failed meanwhile needs another change
         return sends, self._complete()
@@ -155,6 +168,8 @@ class AddState:
         """Forget every pending entry (the handle failed them); returns their ids."""
         ids = list(self.pending)
         self.pending.clear()
+        self._acked.clear()
+        self._lengths.clear()
         return ids
 
     @property

@@ -165,6 +165,8 @@ def test_recovery_never_creates_a_fragment_key_below_an_existing_one(cluster_fac
         first = wc.ledger_metadata(w.ledger_id).ensembles[0]
         bookie_of(sb, first[0]).kill()
         w.append(data(w.ledger_id, 10))  # forces an ensemble change: fragment at 10
+        # The change may finish just after entry 10 completes (its Qa acks can arrive first).
+        wait_until(lambda: len(wc.ledger_metadata(w.ledger_id).ensembles) == 2, what="ensemble change")
         md = wc.ledger_metadata(w.ledger_id)
         assert sorted(md.ensembles) == [0, 10]
         # Now the new fragment loses a bookie too, before its LAC reaches anyone but the writer.
