@@ -89,6 +89,8 @@ class LedgerMetadata:
     format_version: int = CURRENT_FORMAT_VERSION
 
     def __post_init__(self) -> None:
+        if any(isinstance(v, str | bytes) for v in dict(self.ensembles).values()):
+            raise InvalidMetadataError(f"ledger {self.ledger_id}: each ensemble is a list of bookie ids")
         object.__setattr__(self, "ensembles", {k: list(v) for k, v in dict(self.ensembles).items()})
         object.__setattr__(self, "custom_metadata", dict(self.custom_metadata))
         object.__setattr__(self, "password_hash", bytes(self.password_hash))
