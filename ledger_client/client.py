@@ -105,9 +105,21 @@ class LedgerClient:
 
     def update_metadata(self, ledger_id: int, fn: Callable[[LedgerMetadata], LedgerMetadata]) -> LedgerMetadata:
         """Every metadata change goes through the one CAS loop (metadata.update_ledger)."""
+        return self.update_metadata_versioned(ledger_id, fn)[0]
+
+    def update_metadata_versioned(self, ledger_id: int,
+                                  fn: Callable[[LedgerMetadata], LedgerMetadata]) -> tuple[LedgerMetadata, int]:
         with metadata_errors(f"update ledger {ledger_id}"):
-            md, _version = update_ledger(self.store, ledger_id, fn, retries_max=self.config.metadata_retries_max)
-        return md
+            return update_ledger(self.store, ledger_id, fn, retries_max=self.config.metadata_retries_max)
+
+    def replace_metadata(self, md: LedgerMetadata, version: int) -> int:
+        """One CAS at exactly `version`, no retry: for changes only valid on that version (a
+        recovery's close). BadVersionError surfaces as MetadataVersionError."""
+        with metadata_errors(f"write ledger {md.ledger_id}"):
+            return self.store.write_ledger_metadata(md, version)
+
+    def watch_writer(self, w: WriteHandle) -> None:
+        self._writers.add(w)
 
     def forget_writer(self, w: WriteHandle) -> None:
         self._writers.discard(w)

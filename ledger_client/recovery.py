@@ -55,7 +55,7 @@ class LedgerRecovery:
         self._deadline = time.monotonic() + client.config.operation_timeout_ms / 1000
 
     def run(self) -> LedgerMetadata:
-        md = self._client.update_metadata(self._lid, transitions.begin_recovery)
+        md, self._version = self._client.update_metadata_versioned(self._lid, transitions.begin_recovery)
         if md.state is LedgerState.CLOSED:
             return md
         self._md = md
@@ -134,6 +134,7 @@ class LedgerRecovery:
 
         writer = WriteHandle(self._client, self._md, self._digester, self._key, recovery=True,
                              last_add_confirmed=start, length=self._entry_length(start))
+        self._client.watch_writer(writer)  # add timeouts apply to recovery's rewrites too
         recovery_md = self._md  # reads go to the ensembles recovery started with (TLA+ model)
         pending: list[Future[int]] = []
         e = start + 1
@@ -146,11 +147,20 @@ class LedgerRecovery:
                                        "(too many bookies unreachable); recovery aborted")
             pending.append(writer.append_async(data))
             e += 1
-        for f in pending:
-            f.result(timeout=max(1.0, self._deadline - time.monotonic()))
+        try:
+            for f in pending:
+                f.result(timeout=max(1.0, self._deadline - time.monotonic()))
+        finally:
+            self._client.forget_writer(writer)
         log.info("ledger %d: recovered up to entry %d (%d rewritten)", self._lid, e - 1, len(pending))
-        writer.close()
-        return writer.metadata
+        return self._close(writer.metadata, writer.last_add_confirmed, writer.length)
+
+    def _close(self, local: LedgerMetadata, last_entry_id: int, length: int) -> LedgerMetadata:
+        """Publish the recovery's fragments and its end in one CAS on the version recovery began
+        with (the TLA+ model's rule): any other change meanwhile means another party decided."""
+        final = transitions.close(local, last_entry_id, length)
+        self._client.replace_metadata(final, self._version)
+        return final
 
     def _recovery_read(self, md: LedgerMetadata, entry_id: int) -> tuple[ReadOutcome, bytes | None]:
         bookies = md.ensemble_at(entry_id)

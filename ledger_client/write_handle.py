@@ -44,6 +44,7 @@ class WriteHandle:
         self._digester = digester
         self._key = master_key
         self._recovery = recovery
+        self._start_lac = last_add_confirmed
         self._sm = AddState(md.ensemble_size, md.write_quorum_size, md.ack_quorum_size, md.ensembles,
                             last_add_confirmed, length)
         self._lock = threading.Lock()
@@ -102,7 +103,10 @@ class WriteHandle:
                 self._check_writable()
             self._outstanding += 1
             eid, length, sends = self._sm.append(len(data))
-            body = self._digester.frame(self.ledger_id, eid, self._sm.lac, length, data)
+            # A recovery's rewrites carry the LAC recovery started from, which fencing proved;
+            # the rewrite's own progress is not a confirmation anyone else may rely on.
+            lac = self._start_lac if self._recovery else self._sm.lac
+            body = self._digester.frame(self.ledger_id, eid, lac, length, data)
             self._bodies[eid] = body
             self._futures[eid] = fut
             self._sent_at[eid] = time.monotonic()
@@ -211,8 +215,14 @@ class WriteHandle:
                 return
             try:
                 new = self._client.placement.replace(ensemble, indexes, self._client.registry.writable(), exclude)
-                change = functools.partial(self._with_fragment, key=key, ensemble=new)
-                md = self._client.update_metadata(self.ledger_id, change)
+                if self._recovery:
+                    # A recovery's fragments stay local until the closing CAS (as in BookKeeper):
+                    # published early, they would claim entries live on bookies that do not have
+                    # them yet, and a recovery that then aborted would leave that claim behind.
+                    md = transitions.set_fragment(self._md, key, new)
+                else:
+                    change = functools.partial(self._with_fragment, key=key, ensemble=new)
+                    md = self._client.update_metadata(self.ledger_id, change)
             except errors.NotEnoughBookiesError as e:
                 self._fail_and_close(e)
                 return
@@ -223,6 +233,10 @@ class WriteHandle:
                 self._md = md
                 sends, completions = self._sm.apply_change(key, new)
                 self._ready.extend(completions)
+                now = time.monotonic()
+                for s in sends:  # the add timeout counts from the resend, not the first send
+                    if self._sent_at.pop(s.entry_id, None) is not None:
+                        self._sent_at[s.entry_id] = now  # re-inserted last: the dict stays in time order
                 self._send(sends)
                 again = self._sm.changing
             log.info("ledger %d: fragment %d is now %s", self.ledger_id, key, new)
@@ -231,7 +245,7 @@ class WriteHandle:
                 return
 
     def _with_fragment(self, md: LedgerMetadata, key: int, ensemble: list[str]) -> LedgerMetadata:
-        if md.state is LedgerState.CLOSED or (md.state is LedgerState.IN_RECOVERY and not self._recovery):
+        if md.state is not LedgerState.OPEN:
             raise errors.LedgerFencedError(f"ledger {self.ledger_id} is {md.state.name}: a recovery took it over")
         return transitions.set_fragment(md, key, ensemble)
 
@@ -295,6 +309,10 @@ class WriteHandle:
                 self._client.pool.get(b).write_lac(self.ledger_id, lac, self._key, body)
             except errors.LedgerError as e:
                 log.debug("explicit LAC to %s failed: %s", b, e)
+
+    def wait_idle(self, timeout_s: float) -> None:
+        """Block until nothing is pending (or the handle failed, or the timeout passed)."""
+        self._wait_idle(timeout_s)
 
     def _wait_idle(self, timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s

@@ -1,0 +1,1095 @@
+"""A seeded, single-threaded simulation of the replication protocol (DESIGN §5, invariants 1–5).
+
+Why a simulator: the protocol's decisions live in pure state machines (``ledger_client.machines``)
+and pure metadata transitions (``metadata.transitions``); the real client drives them over gRPC and
+ZooKeeper, where the interleavings that break protocols (a fence racing an ack, two recoveries
+racing an ensemble change) are rare and unrepeatable. Here the same machines are driven, step for
+step as ``ledger_client/write_handle.py`` and ``ledger_client/recovery.py`` drive them, over an
+in-memory network with crashes, restarts, drops and delays, all chosen by one ``random.Random(seed)``
+so any failing schedule replays exactly from its seed.
+
+Model:
+- ``SimBookie``: entries per ledger, a fenced flag, a journal: an add is acked and a fencing read
+  answered only once journaled, a crash loses a suffix of what was not (never what was answered)
+  and every request and reply in flight on its connections; a restart keeps the rest.
+- ``Network``: every request gets exactly one outcome at its sender — a reply, or ``None`` (dropped,
+  timed out, connection reset), which the client treats as the real one treats a failed call.
+- ``MetadataStore``: versioned ``LedgerMetadata`` with CAS and the full history of versions; every
+  change goes through ``update_async``, the event-driven twin of ``metadata.update.update_ledger``
+  (read, transition, CAS later, re-read on a lost race), so races between parties really happen.
+- ``SimWriter`` = WriteHandle (including its add-timeout ticker), ``SimRecovery`` = LedgerRecovery
+  (an application retrying a failed open), ``ClientModel`` = the recovery-handle choices that
+  differ from BookKeeper, ``run_schedule`` = one run, a final clean recovery, the invariant checks.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import partial
+from random import Random
+
+from ledger_client.errors import NotEnoughBookiesError
+from ledger_client.machines import (
+    AddState,
+    Completion,
+    QuorumCoverage,
+    ReadOutcome,
+    RecoveryReadTally,
+    Send,
+    fence_start_point,
+    write_set,
+)
+from ledger_client.placement import BookieNode, EnsemblePlacement
+from metadata import transitions
+from metadata.errors import BadVersionError, LedgerClosedConflict, MetadataUpdateConflictError
+from metadata.model import DigestType, LedgerMetadata, LedgerState
+
+LEDGER_ID = 1
+OK, FENCED, NO_ENTRY = "OK", "FENCED", "NO_ENTRY"
+CHANGES_MAX = 32            # ClientConfig.ensemble_changes_max
+ADD_TIMEOUT = 10.0          # ClientConfig.add_timeout_ms, in simulated time
+TICK = 0.5                  # the client's ticker period (check_timeouts)
+METADATA_RETRIES_MAX = 20   # update_ledger's retries_max
+
+# Client-side error kinds (the real client's exception classes, as plain names).
+E_FENCED = "LedgerFencedError"
+E_VERSION = "MetadataVersionError"
+E_METADATA = "MetadataServiceError"
+E_NOT_ENOUGH = "NotEnoughBookiesError"
+E_READ = "ReadError"
+E_UNAVAILABLE = "BookieUnavailableError"
+E_TIMEOUT = "LedgerTimeoutError"
+
+
+@dataclass(frozen=True)
+class ClientModel:
+    """Where a recovery's write handle could differ from BookKeeper's: each switch is one choice.
+
+    - recovery_closes_on_failure: a recovery's write handle that runs out of spare bookies closes
+      the ledger at its own LAC, below entries the writer may have had acknowledged. The first cut
+      of WriteHandle._fail_and_close did; it no longer does (BookKeeper's
+      handleUnrecoverableErrorDuringAdd: never close a ledger IN_RECOVERY, "we may lose entry").
+    - recovery_fragments_at_close: a recovery's ensemble changes are kept local and written in the
+      same CAS as the close (BookKeeper's ReadOnlyLedgerHandle: newEnsemblesFromRecovery, written by
+      closeRecovered), instead of being CAS'd into the IN_RECOVERY metadata as they happen
+      (WriteHandle._with_fragment today).
+
+    ``CURRENT`` is what ledger_client/write_handle.py does (since bug B was fixed, BookKeeper's
+    choice); ``EARLY_FRAGMENTS`` is the client before that fix, kept to prove the sweep catches it.
+    """
+
+    recovery_closes_on_failure: bool = False
+    recovery_fragments_at_close: bool = False
+
+
+BOOKKEEPER = ClientModel(recovery_closes_on_failure=False, recovery_fragments_at_close=True)
+CURRENT = BOOKKEEPER
+EARLY_FRAGMENTS = ClientModel(recovery_closes_on_failure=False, recovery_fragments_at_close=False)
+
+
+class Violation(AssertionError):
+    """An invariant of DESIGN §5 (or of the simulator's own bookkeeping) did not hold."""
+
+
+class _Fenced(Exception):
+    """Raised inside a metadata transition: the writer's ``_with_fragment`` found it taken over."""
+
+
+def error_kind(exc: BaseException) -> str:
+    """The client error a metadata failure becomes (client.metadata_errors + the handles' wrapping)."""
+    if isinstance(exc, _Fenced):
+        return E_FENCED
+    if isinstance(exc, (LedgerClosedConflict, MetadataUpdateConflictError, BadVersionError)):
+        return E_VERSION
+    return E_METADATA
+
+
+@dataclass(frozen=True, slots=True)
+class Body:
+    """A framed entry: what the real client's Digester.frame puts on the wire (digest aside)."""
+
+    entry_id: int
+    lac: int
+    length: int
+    data: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    status: str
+    body: Body | None = None
+
+
+# ---------------------------------------------------------------------------------------- event loop
+
+class Sim:
+    """Discrete-event loop: one clock, one heap, one rng, and a bounded trace for failure reports."""
+
+    def __init__(self, rng: Random, trace_len: int = 80) -> None:
+        self.rng = rng
+        self.now = 0.0
+        self._heap: list[tuple[float, int, Callable[..., None], tuple[object, ...]]] = []
+        self._seq = itertools.count()
+        self.trace: deque[str] = deque(maxlen=trace_len)
+        self.events = 0
+
+    def at(self, delay: float, fn: Callable[..., None], *args: object) -> None:
+        heapq.heappush(self._heap, (self.now + max(0.0, delay), next(self._seq), fn, args))
+
+    def log(self, msg: str) -> None:
+        self.trace.append(f"t={self.now:8.2f} {msg}")
+
+    def check(self, cond: object, msg: str) -> None:
+        if not cond:
+            self.log(f"VIOLATION {msg}")
+            raise Violation(msg)
+
+    def run(self, max_events: int) -> None:
+        """Run until nothing is scheduled; a run that never settles is itself a failure (livelock)."""
+        while self._heap:
+            self.events += 1
+            self.check(self.events <= max_events, f"no quiescence after {max_events} events (livelock?)")
+            t, _, fn, args = heapq.heappop(self._heap)
+            self.now = t
+            fn(*args)
+
+
+# ---------------------------------------------------------------------------------------- bookies, network
+
+class SimBookie:
+    """A bookie's observable behaviour (spark_bookie/processor.py's rules), with a journal.
+
+    Changes (an add, a fence) reach storage at once, so reads may see them, but they are durable
+    only once the journal is synced; an add is acked and a fencing read answered only after that.
+    A crash loses a random suffix of what was not yet synced (the journal is replayed as a prefix),
+    never anything that was acknowledged or answered.
+    """
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.up = True
+        self.incarnation = 0
+        self.entries: dict[int, dict[int, Body]] = {}
+        self.fenced: set[int] = set()
+        self.journal_seq = 0
+        self._unsynced: list[tuple[int, Callable[[], None]]] = []   # (seq, undo), oldest first
+
+    def _journal(self, undo: Callable[[], None]) -> None:
+        self.journal_seq += 1
+        self._unsynced.append((self.journal_seq, undo))
+
+    def sync(self, seq: int) -> None:
+        """Group commit: everything journaled up to `seq` is on disk."""
+        self._unsynced = [(s, u) for s, u in self._unsynced if s > seq]
+
+    def crash(self, rng: Random) -> None:
+        keep = rng.randint(0, len(self._unsynced))
+        for _, undo in reversed(self._unsynced[keep:]):
+            undo()
+        self._unsynced.clear()
+        self.up = False
+        self.incarnation += 1
+
+    def restart(self) -> None:
+        if not self.up:
+            self.up = True
+            self.incarnation += 1
+
+    def add(self, ledger_id: int, body: Body, recovery: bool) -> Reply:
+        """A normal add is refused once fenced; a RECOVERY add is always taken (BookKeeper's rule)."""
+        if ledger_id in self.fenced and not recovery:
+            return Reply(FENCED)
+        stored = self.entries.setdefault(ledger_id, {})
+        previous = stored.get(body.entry_id)
+        stored[body.entry_id] = body
+
+        def undo() -> None:
+            if previous is None:
+                stored.pop(body.entry_id, None)
+            else:
+                stored[body.entry_id] = previous
+
+        self._journal(undo)
+        return Reply(OK)
+
+    def read(self, ledger_id: int, entry_id: int, fence: bool) -> Reply:
+        """Entry -1 is the highest stored entry; a fencing read is journaled before it is answered."""
+        if fence:
+            was_fenced = ledger_id in self.fenced
+            self.fenced.add(ledger_id)
+            self._journal(lambda: None if was_fenced else self.fenced.discard(ledger_id))
+        stored = self.entries.get(ledger_id, {})
+        if entry_id == -1:
+            return Reply(OK, stored[max(stored)]) if stored else Reply(NO_ENTRY)
+        body = stored.get(entry_id)
+        return Reply(OK, body) if body is not None else Reply(NO_ENTRY)
+
+
+@dataclass
+class Faults:
+    drop: float = 0.0           # chance that a request, and separately its reply, is lost
+    delay_max: float = 2.0      # uniform network delay per hop
+    slow: float = 0.05          # chance of a hop 10x slower (reordering)
+    timeout: float = 12.0       # how long a client waits before treating a lost message as failed
+    fsync_max: float = 0.5      # journal sync latency of a bookie
+    md_delay_max: float = 1.5   # metadata store latency per read or write
+
+
+class Network:
+    """Request/response over lossy, reordering links; a crash resets the bookie's connections."""
+
+    def __init__(self, sim: Sim, bookies: dict[str, SimBookie], faults: Faults) -> None:
+        self.sim, self.bookies, self.faults = sim, bookies, faults
+
+    def delay(self) -> float:
+        d = self.sim.rng.uniform(0.05, self.faults.delay_max)
+        return d * 10 if self.sim.rng.random() < self.faults.slow else d
+
+    def call(self, bookie: str, op: Callable[[SimBookie], Reply],
+             on_reply: Callable[[Reply | None], None]) -> None:
+        b = self.bookies[bookie]
+        if not b.up:
+            self.sim.at(self.delay(), on_reply, None)   # connection refused
+            return
+        if self.sim.rng.random() < self.faults.drop:
+            self.sim.at(self.faults.timeout, on_reply, None)
+            return
+        self.sim.at(self.delay(), self._deliver, b, b.incarnation, op, on_reply)
+
+    def _deliver(self, b: SimBookie, incarnation: int, op: Callable[[SimBookie], Reply],
+                 on_reply: Callable[[Reply | None], None]) -> None:
+        if not b.up or b.incarnation != incarnation:
+            self.sim.at(self.delay(), on_reply, None)   # the crash reset the connection
+            return
+        seq = b.journal_seq
+        reply = op(b)
+        if b.journal_seq == seq:
+            self._send_reply(b, reply, on_reply)
+        else:   # answered only once the journal holds the change
+            self.sim.at(self.sim.rng.uniform(0.0, self.faults.fsync_max), self._synced, b, incarnation,
+                        b.journal_seq, reply, on_reply)
+
+    def _synced(self, b: SimBookie, incarnation: int, seq: int, reply: Reply,
+                on_reply: Callable[[Reply | None], None]) -> None:
+        if not b.up or b.incarnation != incarnation:
+            self.sim.at(self.delay(), on_reply, None)   # crashed before the sync: no answer
+            return
+        b.sync(seq)
+        self._send_reply(b, reply, on_reply)
+
+    def _send_reply(self, b: SimBookie, reply: Reply, on_reply: Callable[[Reply | None], None]) -> None:
+        if self.sim.rng.random() < self.faults.drop:
+            self.sim.at(self.faults.timeout, on_reply, None)
+            return
+        self.sim.at(self.delay(), self._reply, b, b.incarnation, reply, on_reply)
+
+    def _reply(self, b: SimBookie, incarnation: int, reply: Reply,
+               on_reply: Callable[[Reply | None], None]) -> None:
+        on_reply(reply if b.incarnation == incarnation else None)
+
+
+# ---------------------------------------------------------------------------------------- metadata
+
+class MetadataStore:
+    """One ledger's versioned metadata with compare-and-set; checks invariant 5 on every write."""
+
+    def __init__(self, sim: Sim, md: LedgerMetadata) -> None:
+        self.sim = sim
+        self.md, self.version = md, 0
+        self.history: list[LedgerMetadata] = [md]
+
+    def read(self) -> tuple[LedgerMetadata, int]:
+        return self.md, self.version
+
+    def write(self, md: LedgerMetadata, version: int, who: str) -> int:
+        if version != self.version:
+            raise BadVersionError(f"version {version} != {self.version}")
+        check_metadata_change(self.sim, self.md, md)
+        self.md, self.version = md, self.version + 1
+        self.history.append(md)
+        self.sim.log(f"md v{self.version} by {who}: {md.state.name} last={md.last_entry_id} "
+                     f"fragments={ {k: v for k, v in md.ensembles.items()} }")
+        return self.version
+
+
+def check_metadata_change(sim: Sim, old: LedgerMetadata, new: LedgerMetadata) -> None:
+    """Invariant 5, and the closed-is-final rule that invariant 4 rests on."""
+    keys = list(new.ensembles)
+    sim.check(all(a < b for a, b in itertools.pairwise(keys)), f"fragment keys not increasing: {keys}")
+    old_keys = list(old.ensembles)
+    for k in old_keys[:-1]:
+        sim.check(new.ensembles.get(k) == old.ensembles[k], f"fragment {k} of a sealed range was rewritten")
+    sim.check(old_keys[-1] in new.ensembles, f"last fragment {old_keys[-1]} disappeared")
+    added = [k for k in keys if k not in old.ensembles]
+    sim.check(all(k > old_keys[-1] for k in added), f"new fragment key below an existing one: {added}")
+    if old.is_closed:
+        sim.check(new.is_closed and (new.last_entry_id, new.length) == (old.last_entry_id, old.length),
+                  "a closed ledger's end changed")
+        sim.check(new.ensembles == old.ensembles, "a closed ledger's fragments changed")
+    if old.state is LedgerState.IN_RECOVERY:
+        sim.check(new.state is not LedgerState.OPEN, "IN_RECOVERY went back to OPEN")
+
+
+class World:
+    """Everything one run shares: clock, rng, bookies, network, metadata, and what was observed."""
+
+    def __init__(self, sim: Sim, bookies: list[str], faults: Faults, md: LedgerMetadata,
+                 stale_registry: float, model: ClientModel) -> None:
+        self.sim, self.model = sim, model
+        self.bookies = {b: SimBookie(b) for b in bookies}
+        self.net = Network(sim, self.bookies, faults)
+        self.faults = faults
+        self.store = MetadataStore(sim, md)
+        self.placement = EnsemblePlacement(sim.rng)
+        self.stale_registry = stale_registry
+        self.acked: list[tuple[float, int]] = []     # (time, entry id) the original writer completed
+        self.payloads: dict[int, bytes] = {}
+
+    def writable(self) -> list[BookieNode]:
+        """The registry's view: live bookies, plus crashed ones whose session has not expired yet."""
+        return [BookieNode(b.name) for b in self.bookies.values()
+                if b.up or self.sim.rng.random() < self.stale_registry]
+
+    def md_delay(self) -> float:
+        return self.sim.rng.uniform(0.01, self.faults.md_delay_max)
+
+
+MdDone = Callable[[LedgerMetadata | None, BaseException | None], None]
+
+
+def update_async(world: World, who: str, transition: Callable[[LedgerMetadata], LedgerMetadata],
+                 done: MdDone, attempt: int = 0) -> None:
+    """metadata.update.update_ledger, event-driven: the read and the CAS happen at different times."""
+
+    def read() -> None:
+        md, version = world.store.read()
+        try:
+            new = transition(md)
+        except Exception as e:  # noqa: BLE001 - the transition's verdict goes to the caller
+            done(None, e)
+            return
+        if transitions.unchanged(md, new):
+            done(md, None)
+            return
+        world.sim.at(world.md_delay(), cas, new, version)
+
+    def cas(new: LedgerMetadata, version: int) -> None:
+        try:
+            world.store.write(new, version, who)
+        except BadVersionError:
+            if attempt >= METADATA_RETRIES_MAX:
+                done(None, MetadataUpdateConflictError("lost the CAS too often"))
+            else:
+                update_async(world, who, transition, done, attempt + 1)
+            return
+        done(new, None)
+
+    world.sim.at(world.md_delay(), read)
+
+
+# ---------------------------------------------------------------------------------------- writer
+
+AddDone = Callable[[int | None, str | None], None]
+
+
+class SimWriter:
+    """WriteHandle over the simulated network: the same AddState calls, in the same order.
+
+    Besides driving AddState it keeps its own view (ensembles applied, bookies reported failed) to
+    check invariant 2 independently of the machine: completions in order, LAC monotonic, none while
+    a reported-failed bookie is still in the ensemble, and each completed entry really stored on
+    ≥ Qa bookies of its write set.
+    """
+
+    def __init__(self, world: World, md: LedgerMetadata, name: str, *, recovery: bool = False,
+                 lac: int = -1, length: int = 0) -> None:
+        self.w, self.sim, self.name, self.recovery = world, world.sim, name, recovery
+        self.md = md
+        self.sm = AddState(md.ensemble_size, md.write_quorum_size, md.ack_quorum_size, md.ensembles,
+                           lac, length)
+        self.bodies: dict[int, Body] = {}
+        self.waiters: dict[int, AddDone] = {}
+        self.error: str | None = None
+        self.closed = False
+        self.dead = False
+        self.completed: list[int] = []
+        self.view = {k: list(v) for k, v in md.ensembles.items()}
+        self.reported_failed: set[str] = set()
+        self.seen_lac = lac
+        self.on_idle: list[Callable[[], None]] = []
+        self.deferred: dict[int, list[str]] = {}
+        self.sent_at: dict[int, float] = {}
+        self.ticking = False
+        self.timeouts = 0
+
+    # -- adds
+    def append(self, data: bytes, done: AddDone) -> int | None:
+        """append_async: None (and no effect) when the handle already failed or closed."""
+        if self.error is not None or self.closed:
+            return None
+        eid, length, sends = self.sm.append(len(data))
+        self.bodies[eid] = Body(eid, self.sm.lac, length, data)
+        self.waiters[eid] = done
+        self.sim.log(f"{self.name} append {eid} -> {[s.bookie for s in sends]}")
+        self.sent_at[eid] = self.sim.now
+        self._send(sends)
+        if not self.recovery and not self.ticking:   # the client's ticker knows only create_ledger's handles
+            self.ticking = True
+            self.sim.at(TICK, self._tick)
+        return eid
+
+    def _send(self, sends: list[Send]) -> None:
+        for s in sends:
+            body = self.bodies.get(s.entry_id)
+            if body is None:
+                continue
+            add = partial(SimBookie.add, ledger_id=LEDGER_ID, body=body, recovery=self.recovery)
+            self.w.net.call(s.bookie, add, partial(self._on_reply, s.bookie, s.entry_id))
+
+    def _on_reply(self, bookie: str, entry_id: int, reply: Reply | None) -> None:
+        if self.dead:
+            return
+        if reply is None:
+            self.sim.log(f"{self.name} add {entry_id} to {bookie} failed")
+            self._on_failure(bookie)
+        elif reply.status == OK:
+            self._deliver(self.sm.on_acks(bookie, [entry_id]))
+        elif reply.status == FENCED:
+            self.sim.log(f"{self.name} add {entry_id} to {bookie}: FENCED")
+            self._fail(E_FENCED)
+
+    def _on_failure(self, bookie: str) -> None:
+        if self.error is not None:
+            return
+        if bookie in self.view[max(self.view)]:
+            self.reported_failed.add(bookie)
+        if self.sm.on_bookie_failure(bookie):
+            self.sim.at(0.01, self._change_ensemble)
+
+    def _deliver(self, completions: list[Completion]) -> None:
+        self.sim.check(self.sm.lac >= self.seen_lac,
+                       f"{self.name}: LAC went back {self.seen_lac} -> {self.sm.lac}")
+        for c in completions:
+            self._check_completion(c)
+            self.seen_lac = c.entry_id
+            self.completed.append(c.entry_id)
+            self.sim.log(f"{self.name} completed {c.entry_id}")
+            if not self.recovery:
+                self.w.acked.append((self.sim.now, c.entry_id))
+            self.bodies.pop(c.entry_id, None)
+            self.sent_at.pop(c.entry_id, None)
+            self.waiters.pop(c.entry_id)(c.entry_id, None)
+        self.seen_lac = max(self.seen_lac, self.sm.lac)
+        self._maybe_idle()
+
+    def _check_completion(self, c: Completion) -> None:
+        """Invariant 2 from outside the machine (and invariant 1 at the moment of the ack)."""
+        eid, name = c.entry_id, self.name
+        self.sim.check(not self.reported_failed,
+                       f"{name}: entry {eid} completed during an ensemble change ({self.reported_failed})")
+        self.sim.check(eid == self.seen_lac + 1,
+                       f"{name}: completion {eid} out of order (LAC {self.seen_lac})")
+        body = self.bodies[eid]
+        self.sim.check(c.length == body.length,
+                       f"{name}: completion {eid} has length {c.length} != {body.length}")
+        ensemble = ensemble_at(self.view, eid)
+        md = self.md
+        holders = [ensemble[i] for i in write_set(eid, md.ensemble_size, md.write_quorum_size)
+                   if self.w.bookies[ensemble[i]].entries.get(LEDGER_ID, {}).get(eid, None) is not None
+                   and self.w.bookies[ensemble[i]].entries[LEDGER_ID][eid].data == body.data]
+        self.sim.check(len(holders) >= md.ack_quorum_size,
+                       f"{name}: entry {eid} completed with only {holders} of its write set holding it")
+
+    # -- ensemble changes
+    def _change_ensemble(self) -> None:
+        if self.dead or self.error is not None or not self.sm.changing:
+            return
+        key, indexes = self.sm.change_plan()
+        ensemble, exclude = list(self.sm.ensemble), set(self.sm.failed)
+        if self.sm.changes >= CHANGES_MAX:
+            self._fail_and_close(E_NOT_ENOUGH)
+            return
+        try:
+            new = self.w.placement.replace(ensemble, indexes, self.w.writable(), exclude)
+        except NotEnoughBookiesError:
+            self.sim.log(f"{self.name}: no spare bookie to replace {sorted(exclude)}")
+            self._fail_and_close(E_NOT_ENOUGH)
+            return
+        self.sim.log(f"{self.name} change: fragment {key} {ensemble} -> {new}")
+        if self.recovery and self.w.model.recovery_fragments_at_close:
+            self.deferred[key] = list(new)
+            self.sim.at(self.w.md_delay(), self._changed, key, new, self.md, None)
+            return
+        update_async(self.w, self.name, lambda m: self._with_fragment(m, key, new),
+                     lambda md, exc: self._changed(key, new, md, exc))
+
+    def _with_fragment(self, md: LedgerMetadata, key: int, ensemble: list[str]) -> LedgerMetadata:
+        if md.state is LedgerState.CLOSED or (md.state is LedgerState.IN_RECOVERY and not self.recovery):
+            raise _Fenced(f"ledger is {md.state.name}")
+        return transitions.set_fragment(md, key, ensemble)
+
+    def _changed(self, key: int, new: list[str], md: LedgerMetadata | None,
+                 exc: BaseException | None) -> None:
+        if self.dead:
+            return
+        if md is None:
+            self.sim.log(f"{self.name} change of fragment {key} failed: {exc!r}")
+            self._fail(error_kind(exc) if exc is not None else E_METADATA)
+            return
+        self.md = md
+        sends, completions = self.sm.apply_change(key, new)
+        self.view[key] = list(new)
+        self.reported_failed &= set(new)
+        self._deliver(completions)
+        self._send(sends)
+        if self.sm.changing:
+            self.sim.at(0.01, self._change_ensemble)
+
+    # -- failure and close
+    def _fail(self, error: str) -> None:
+        if self.error is None:
+            self.error = error
+        self.sm.abort_change()
+        for eid in self.sm.drain_pending():
+            self.bodies.pop(eid, None)
+            self.sent_at.pop(eid, None)
+            waiter = self.waiters.pop(eid, None)
+            if waiter is not None:
+                waiter(None, error)
+        self._maybe_idle()
+
+    def _fail_and_close(self, error: str) -> None:
+        """No way forward: fail what is pending; a writer (not a recovery) closes at its LAC."""
+        self._fail(error)
+        if self.recovery and not self.w.model.recovery_closes_on_failure:
+            return
+        self._close_metadata(lambda md, exc: None)
+        self.closed = True
+
+    def _tick(self) -> None:
+        """check_timeouts: every bookie that still owes an ack for an entry appended more than
+        ADD_TIMEOUT ago is treated as failed (the age counts from the append, not the resend)."""
+        if self.dead or self.error is not None or not self.sent_at:
+            self.ticking = False
+            return
+        late: set[str] = set()
+        for eid, t in self.sent_at.items():
+            if self.sim.now - t < ADD_TIMEOUT:
+                break
+            late.update(self.sm.unacked(eid))
+        for b in sorted(late):
+            self.timeouts += 1
+            self.sim.log(f"{self.name}: no ack from {b} in time")
+            self._on_failure(b)
+        self.sim.at(TICK, self._tick)
+
+    def _close_metadata(self, done: MdDone) -> None:
+        lac, length = self.sm.lac, self.sm.lac_length
+        self.sim.log(f"{self.name} closes the ledger at {lac}")
+
+        def finished(md: LedgerMetadata | None, exc: BaseException | None) -> None:
+            if md is not None:
+                self.md = md
+            done(md, exc)
+
+        update_async(self.w, self.name, lambda m: self._close_transition(m, lac, length), finished)
+
+    def _close_transition(self, md: LedgerMetadata, lac: int, length: int) -> LedgerMetadata:
+        if not (self.recovery and self.w.model.recovery_fragments_at_close):
+            return transitions.close(md, lac, length)
+        if md.state is not LedgerState.IN_RECOVERY:
+            return md
+        for key, ensemble in sorted(self.deferred.items()):
+            md = transitions.set_fragment(md, key, ensemble)
+        return transitions.close(md, lac, length)
+
+    def _maybe_idle(self) -> None:
+        if not self.sm.pending or self.error is not None:
+            waiting, self.on_idle = self.on_idle, []
+            for fn in waiting:
+                fn()
+
+    def close(self, done: MdDone, wait: float = 60.0) -> None:
+        """WriteHandle.close: wait (bounded) for pending adds, fail leftovers, close at the LAC."""
+        if self.closed:
+            return
+        state = {"fired": False}
+
+        def go() -> None:
+            if state["fired"] or self.dead:
+                return
+            state["fired"] = True
+            if self.sm.pending and self.error is None:
+                self._fail(E_TIMEOUT)
+            self.closed = True
+            self._close_metadata(done)
+
+        self.on_idle.append(go)
+        self.sim.at(wait, go)
+        self._maybe_idle()
+
+
+def ensemble_at(ensembles: dict[int, list[str]], entry_id: int) -> list[str]:
+    return ensembles[max(k for k in ensembles if k <= entry_id)]
+
+
+# ---------------------------------------------------------------------------------------- recovery
+
+@dataclass
+class _Attempt:
+    """One LedgerRecovery.run(): callbacks of an attempt that is over are ignored (it has returned)."""
+
+    number: int
+    md: LedgerMetadata | None = None
+    over: bool = False
+    key: int = 0
+    lacs: list[int] = field(default_factory=list)
+    cov: QuorumCoverage | None = None
+    start: int | None = None
+    waiting: int = 0
+    writer: SimWriter | None = None
+    entry: int = 0
+    tally: RecoveryReadTally | None = None
+    reading_done: bool = False
+    futures: deque[list[object]] = field(default_factory=deque)   # [entry id, None | OK | error]
+
+
+class SimRecovery:
+    """LedgerRecovery.run over the simulated network; the application retries a failed open."""
+
+    def __init__(self, world: World, name: str, retries: int) -> None:
+        self.w, self.sim, self.name, self.retries = world, world.sim, name, retries
+        self.result: LedgerMetadata | None = None
+        self.errors: list[str] = []
+        self.fenced_at: float | None = None
+        self.attempts: list[_Attempt] = []
+
+    def start(self) -> None:
+        att = _Attempt(len(self.attempts) + 1)
+        self.attempts.append(att)
+        self.sim.log(f"{self.name} starts (attempt {att.number})")
+        update_async(self.w, self.name, transitions.begin_recovery, lambda md, exc: self._begun(att, md, exc))
+
+    def _begun(self, att: _Attempt, md: LedgerMetadata | None, exc: BaseException | None) -> None:
+        if md is None:
+            self._fail(att, error_kind(exc) if exc is not None else E_METADATA, adoptable=False)
+        elif md.is_closed:
+            self._finish(att, md)
+        else:
+            att.md = md
+            self._fence(att, md)
+
+    # -- fencing
+    def _fence(self, att: _Attempt, md: LedgerMetadata) -> None:
+        att.key = max(md.ensembles)
+        bookies = md.ensembles[att.key]
+        att.cov = QuorumCoverage(md.ensemble_size, md.write_quorum_size, md.ack_quorum_size)
+        att.waiting = len(bookies)
+        for i, b in enumerate(bookies):
+            self.w.net.call(b, partial(SimBookie.read, ledger_id=LEDGER_ID, entry_id=-1, fence=True),
+                            partial(self._fence_answer, att, i))
+
+    def _fence_answer(self, att: _Attempt, index: int, reply: Reply | None) -> None:
+        if att.over or att.start is not None or att.cov is None:
+            return
+        att.waiting -= 1
+        lac: int | None = None
+        if reply is not None and reply.status == OK and reply.body is not None:
+            lac = reply.body.lac
+        elif reply is not None and reply.status == NO_ENTRY:
+            lac = -1
+        if lac is not None:
+            att.lacs.append(lac)
+            if att.cov.add(index):
+                att.start = fence_start_point(att.key, att.lacs)
+                if self.fenced_at is None:
+                    self.fenced_at = self.sim.now
+                self.sim.log(f"{self.name} fenced (LACs {att.lacs}); recovering from {att.start + 1}")
+                self._read_length(att, att.start, 0)
+                return
+        if att.waiting == 0:
+            self._fail(att, E_UNAVAILABLE, adoptable=False)
+
+    def _read_length(self, att: _Attempt, start: int, pos: int) -> None:
+        """_entry_length: the cumulative length at `start`, from the first bookie that has it."""
+        md = att.md
+        assert md is not None
+        if start < 0:
+            self._rewrite(att, start, 0)
+            return
+        indexes = write_set(start, md.ensemble_size, md.write_quorum_size)
+        if pos >= len(indexes):
+            self._fail(att, E_READ, adoptable=False)
+            return
+        bookie = md.ensemble_at(start)[indexes[pos]]
+
+        def answer(r: Reply | None) -> None:
+            if att.over:
+                return
+            if r is not None and r.status == OK and r.body is not None:
+                self._rewrite(att, start, r.body.length)
+            else:
+                self._read_length(att, start, pos + 1)
+
+        self.w.net.call(bookie, lambda bk: bk.read(LEDGER_ID, start, False), answer)
+
+    # -- read and rewrite
+    def _rewrite(self, att: _Attempt, start: int, length: int) -> None:
+        assert att.md is not None
+        att.writer = SimWriter(self.w, att.md, f"{self.name}.w{att.number}", recovery=True,
+                               lac=start, length=length)
+        att.entry = start + 1
+        self._read_entry(att)
+
+    def _read_entry(self, att: _Attempt) -> None:
+        md, e = att.md, att.entry
+        assert md is not None
+        bookies = md.ensemble_at(e)   # the ensembles recovery started with (TLA+ model)
+        att.tally = RecoveryReadTally(e, md.ensemble_size, md.write_quorum_size, md.ack_quorum_size)
+        for i in write_set(e, md.ensemble_size, md.write_quorum_size):
+            self.w.net.call(bookies[i], partial(SimBookie.read, ledger_id=LEDGER_ID, entry_id=e, fence=True),
+                            partial(self._read_answer, att, e, i))
+
+    def _read_answer(self, att: _Attempt, e: int, index: int, reply: Reply | None) -> None:
+        tally = att.tally
+        if att.over or att.reading_done or att.entry != e or tally is None:
+            return
+        if reply is None:
+            outcome = tally.on_error(index)
+        elif reply.status == OK and reply.body is not None:
+            outcome = tally.on_found(index)
+            if outcome is ReadOutcome.FOUND:
+                self._found(att, e, reply.body.data)
+                return
+        else:
+            outcome = tally.on_absent(index)
+        if outcome is ReadOutcome.ABSENT:
+            self.sim.log(f"{self.name}: entry {e} absent; recovery ends at {e - 1}")
+            att.reading_done = True
+            self._drain_rewrites(att)
+        elif outcome is ReadOutcome.UNKNOWN:
+            self._fail(att, E_READ, adoptable=False)
+
+    def _found(self, att: _Attempt, e: int, data: bytes) -> None:
+        writer = att.writer
+        assert writer is not None
+        self.sim.check(data == self.w.payloads.get(e),
+                       f"{self.name}: recovery read wrong bytes for entry {e}")
+        att.entry = e + 1
+        slot: list[object] = [e, None]
+        eid = writer.append(data, lambda _eid, err: self._rewritten(att, slot, err))
+        if eid is None:   # append_async raises the handle's error
+            self._fail(att, writer.error or "LedgerClosedError", adoptable=True)
+            return
+        self.sim.check(eid == e, f"{self.name}: rewrote entry {e} as {eid}")
+        att.futures.append(slot)
+        self._read_entry(att)
+
+    def _rewritten(self, att: _Attempt, slot: list[object], err: str | None) -> None:
+        slot[1] = err or OK
+        if att.reading_done:
+            self._drain_rewrites(att)
+
+    def _drain_rewrites(self, att: _Attempt) -> None:
+        """`for f in pending: f.result()` — the first failure in entry order aborts."""
+        if att.over:
+            return
+        while att.futures and att.futures[0][1] == OK:
+            att.futures.popleft()
+        if att.futures:
+            status = att.futures[0][1]
+            if status is not None:
+                self._fail(att, str(status), adoptable=True)
+            return
+        writer = att.writer
+        assert writer is not None
+        if not writer.closed:
+            writer.close(lambda md, exc: self._closed(att, md, exc))
+
+    def _closed(self, att: _Attempt, md: LedgerMetadata | None, exc: BaseException | None) -> None:
+        if md is None:
+            self._fail(att, error_kind(exc) if exc is not None else E_METADATA, adoptable=True)
+        else:
+            self._finish(att, md)
+
+    # -- outcome
+    def _finish(self, att: _Attempt, md: LedgerMetadata) -> None:
+        if att.over:
+            return
+        att.over = True
+        self.sim.check(md.is_closed, f"{self.name}: recovery returned an unclosed ledger")
+        self.result = md
+        self.sim.log(f"{self.name} done: closed at {md.last_entry_id}")
+
+    def _fail(self, att: _Attempt, error: str, adoptable: bool) -> None:
+        """run()'s except clause: a fenced or version error adopts a CLOSED ledger, else the open fails."""
+        if att.over:
+            return
+        if adoptable and error in (E_FENCED, E_VERSION):
+            latest, _ = self.w.store.read()
+            if latest.is_closed:
+                self._finish(att, latest)
+                return
+        att.over = True
+        self.errors.append(error)
+        self.sim.log(f"{self.name} attempt {att.number} failed: {error}")
+        if len(self.attempts) <= self.retries:
+            self.sim.at(self.sim.rng.uniform(1.0, 30.0), self.start)
+
+
+# ---------------------------------------------------------------------------------------- schedules
+
+@dataclass
+class Schedule:
+    """Everything random about one run except the message-level coin flips (same rng, drawn first)."""
+
+    seed: int
+    ensemble: int
+    qw: int
+    qa: int
+    bookies: int
+    entries: int
+    window: int
+    gap: float
+    faults: Faults
+    stale_registry: float
+    crashes: list[tuple[float, int, float | None]]   # (time, bookie index, downtime; None = until the end)
+    recoveries: list[float]
+    writer_dies_at: float | None
+    writer_closes: bool
+
+    @classmethod
+    def draw(cls, seed: int, rng: Random) -> Schedule:
+        e = rng.randint(3, 5)
+        qw = rng.randint(1, e) if rng.random() < 0.2 else rng.randint(max(1, e - 2), e)
+        qa = rng.randint(1, qw)
+        entries = rng.choice([0, 1, 2, rng.randint(3, 12), rng.randint(10, 40), rng.randint(10, 40),
+                              rng.randint(40, 100)])
+        gap = rng.uniform(0.1, 2.0)
+        horizon = max(5.0, entries * gap)
+        faults = Faults(drop=rng.choice([0.0, 0.01, 0.03, 0.08, rng.uniform(0.0, 0.2)]),
+                        delay_max=rng.uniform(0.2, 3.0), slow=rng.choice([0.0, 0.05, 0.2]))
+        crashes: list[tuple[float, int, float | None]] = []
+        n_bookies = rng.randint(max(5, e), 7)
+        for _ in range(rng.choice([0, 1, 2, 3, rng.randint(3, 8)])):
+            down = None if rng.random() < 0.25 else rng.uniform(1.0, horizon)
+            crashes.append((rng.uniform(0.0, horizon * 1.2), rng.randrange(n_bookies), down))
+        recoveries = [rng.uniform(0.0, horizon * 1.3) for _ in range(rng.choice([0, 1, 2, 2, 3]))]
+        dies = rng.uniform(0.0, horizon) if rng.random() < 0.25 else None
+        schedule = cls(seed, e, qw, qa, n_bookies, entries, rng.randint(1, 12), gap, faults,
+                       rng.choice([0.0, 0.3]), crashes, recoveries, dies, rng.random() < 0.7)
+        if rng.random() < 0.4:
+            schedule._storm(rng, horizon)
+        return schedule
+
+    def _storm(self, rng: Random, horizon: float) -> None:
+        """Recovery storm: the writer dies mid-stream, then recoveries race through faults.
+
+        Interleavings of one recovery's ensemble change with another recovery (or a retry) are
+        where recovery protocols break; uniform schedules reach them rarely.
+        """
+        if self.entries < 10:
+            self.entries = rng.randint(10, 60)
+            horizon = self.entries * self.gap
+        self.writer_dies_at = dies = horizon * rng.uniform(0.5, 1.0)
+        self.recoveries = [dies + rng.uniform(0.0, 30.0) for _ in range(rng.randint(2, 3))]
+        self.faults.drop = max(self.faults.drop, rng.uniform(0.02, 0.12))
+        for _ in range(rng.randint(1, 3)):
+            self.crashes.append((dies + rng.uniform(0.0, 40.0), rng.randrange(self.bookies),
+                                 rng.uniform(3.0, 30.0)))
+
+    def describe(self) -> str:
+        f = self.faults
+        return (f"E={self.ensemble} Qw={self.qw} Qa={self.qa} bookies={self.bookies} entries={self.entries} "
+                f"window={self.window} drop={f.drop:.3f} delay<={f.delay_max:.2f} slow={f.slow} "
+                f"crashes={[(round(t, 1), i, d if d is None else round(d, 1)) for t, i, d in self.crashes]} "
+                f"recoveries={[round(t, 1) for t in self.recoveries]} writer_dies_at="
+                f"{None if self.writer_dies_at is None else round(self.writer_dies_at, 1)} "
+                f"writer_closes={self.writer_closes}")
+
+
+# ---------------------------------------------------------------------------------------- one run
+
+MAX_EVENTS = 300_000
+
+
+@dataclass
+class Outcome:
+    """What a run did, so the test can show the schedules really exercised the protocol."""
+
+    seed: int
+    acked: int
+    closed_at: int
+    recoveries_done: int
+    recovery_failures: int
+    writer_error: str | None
+    changes: int
+    md_versions: int
+    events: int
+    final_recovery: bool
+    trace: tuple[str, ...] = ()
+
+
+class SimulationFailure(AssertionError):
+    """A run broke an invariant (or the machines raised): carries the seed and the trace tail."""
+
+
+def run_schedule(seed: int, model: ClientModel = CURRENT, trace_len: int = 80) -> Outcome:
+    """Run the schedule drawn from `seed` and check invariants 1–5; replayable from the seed alone."""
+    rng = Random(seed)
+    schedule = Schedule.draw(seed, rng)
+    sim = Sim(rng, trace_len)
+    try:
+        return _run(sim, schedule, model)
+    except Exception as e:  # noqa: BLE001 - any failure is reported with its seed and trace
+        trace = "\n    ".join(sim.trace)
+        raise SimulationFailure(
+            f"seed {seed}: {type(e).__name__}: {e}\n  schedule: {schedule.describe()}\n"
+            f"  replay: SPARK_BOOKIE_SIM_SEED={seed}{_model_env(model)} "
+            ".venv/bin/pytest tests/sim -k replay -s\n"
+            f"  trace (last events):\n    {trace}"
+        ) from e
+
+
+def _model_env(model: ClientModel) -> str:
+    return " SPARK_BOOKIE_SIM_MODEL=early" if model == EARLY_FRAGMENTS else ""
+
+
+def _run(sim: Sim, sch: Schedule, model: ClientModel) -> Outcome:
+    names = [f"b{i}" for i in range(sch.bookies)]
+    md = LedgerMetadata.new_open(LEDGER_ID, sim.rng.sample(names, sch.ensemble), write_quorum_size=sch.qw,
+                                 ack_quorum_size=sch.qa, digest_type=DigestType.CRC32C, password=b"sim",
+                                 ctime=0)
+    world = World(sim, names, sch.faults, md, sch.stale_registry, model)
+    writer = SimWriter(world, md, "writer")
+    _drive_writer(world, writer, sch)
+    for t, i, down in sch.crashes:
+        sim.at(t, _crash, world, names[i], down)
+    recoveries = [SimRecovery(world, f"rec{i}", retries=2) for i in range(len(sch.recoveries))]
+    for r, t in zip(recoveries, sch.recoveries, strict=True):
+        sim.at(t, r.start)
+    if sch.writer_dies_at is not None:
+        sim.at(sch.writer_dies_at, _kill, writer)
+    sim.run(MAX_EVENTS)
+    final = _final_recovery(world)
+    if final is not None:
+        recoveries.append(final)
+    check_final(world, recoveries)
+    return Outcome(sch.seed, len(world.acked), world.store.md.last_entry_id,
+                   sum(r.result is not None for r in recoveries), sum(len(r.errors) for r in recoveries),
+                   writer.error, writer.sm.changes, len(world.store.history), sim.events, final is not None,
+                   tuple(sim.trace))
+
+
+def _drive_writer(world: World, writer: SimWriter, sch: Schedule) -> None:
+    """The application: append `entries` payloads with a bounded window, then maybe close."""
+    sim, appended = world.sim, [0]
+
+    def step() -> None:
+        if writer.dead or writer.closed:
+            return
+        if writer.error is not None or appended[0] >= sch.entries:
+            if sch.writer_closes:
+                writer.close(lambda md, exc: sim.log("writer closed" if md else f"writer close: {exc!r}"))
+            return
+        if writer.sm.outstanding < sch.window:
+            data = sim.rng.randbytes(sim.rng.randint(1, 48))
+            eid = writer.append(data, lambda eid, err: None)
+            if eid is not None:
+                world.payloads[eid] = data
+                appended[0] += 1
+        sim.at(sim.rng.expovariate(1.0 / sch.gap), step)
+
+    sim.at(0.0, step)
+
+
+def _crash(world: World, name: str, down: float | None) -> None:
+    world.sim.log(f"CRASH {name}" + ("" if down is None else f" for {down:.1f}"))
+    world.bookies[name].crash(world.sim.rng)
+    if down is not None:
+        world.sim.at(down, _restart, world, name)
+
+
+def _restart(world: World, name: str) -> None:
+    world.sim.log(f"RESTART {name}")
+    world.bookies[name].restart()
+
+
+def _kill(writer: SimWriter) -> None:
+    writer.sim.log("the writer's process dies")
+    writer.dead = True
+
+
+def _final_recovery(world: World) -> SimRecovery | None:
+    """Heal everything and, if the ledger is still open, recover it once more: it must succeed."""
+    sim = world.sim
+    for b in world.bookies.values():
+        b.restart()
+    world.faults.drop, world.faults.slow, world.stale_registry = 0.0, 0.0, 0.0
+    sim.log("--- healed: final recovery ---")
+    if world.store.md.is_closed:
+        return None
+    final = SimRecovery(world, "final", retries=0)
+    final.start()
+    sim.run(MAX_EVENTS)
+    sim.check(final.result is not None,
+              f"a recovery with all bookies up and no faults failed: {final.errors}")
+    return final
+
+
+def check_final(world: World, recoveries: list[SimRecovery]) -> None:
+    """Invariants 1–4 on the end state (5 and most of 2 were checked as they happened)."""
+    sim, md = world.sim, world.store.md
+    sim.check(md.is_closed, "the ledger is not closed at the end")
+    last = md.last_entry_id
+    acked = [e for _, e in world.acked]
+    sim.check(acked == list(range(len(acked))), f"writer completions not 0,1,2,...: {acked[:20]}")
+    for r in recoveries:
+        if r.fenced_at is not None:
+            late = [e for t, e in world.acked if t > r.fenced_at and e > last]
+            sim.check(not late, f"invariant 3: entries {late} acknowledged after {r.name} fenced, "
+                                f"beyond the closed end {last}")
+    sim.check(not acked or acked[-1] <= last,
+              f"invariant 4: entry {acked[-1] if acked else None} was acknowledged, "
+              f"the ledger closed at {last}")
+    for e in range(last + 1):
+        check_entry(world, md, e, acknowledged=e < len(acked))
+    sim.check(md.length == sum(len(world.payloads[e]) for e in range(last + 1)),
+              f"closed length {md.length} is not the sum of entries 0..{last}")
+    for r in recoveries:
+        if r.result is not None:
+            sim.check((r.result.last_entry_id, r.result.length) == (last, md.length),
+                      f"invariant 4: {r.name} closed at {r.result.last_entry_id}, the ledger at {last}")
+    for v in world.store.history:
+        keys = list(v.ensembles)
+        sim.check(all(a < b for a, b in itertools.pairwise(keys)), f"invariant 5: keys {keys}")
+
+
+def check_entry(world: World, md: LedgerMetadata, e: int, acknowledged: bool) -> None:
+    """Invariant 1: entry `e` of the closed ledger reads back byte for byte from its write set.
+
+    An entry the writer saw acknowledged must be on ≥ Qa bookies of that write set (no disk is lost
+    in this model, so fewer copies means a loss of fewer than Qa disks could lose it). An entry that
+    was never acknowledged but lies within the closed end must be readable (≥ 1 copy).
+    """
+    sim = world.sim
+    sim.check(e in world.payloads, f"entry {e} is in the closed ledger but was never appended")
+    ensemble = md.ensemble_at(e)
+    copies: list[str] = []
+    for i in md.write_set(e):
+        reply = world.bookies[ensemble[i]].read(LEDGER_ID, e, False)
+        if reply.status == OK and reply.body is not None:
+            sim.check(reply.body.data == world.payloads[e],
+                      f"invariant 1: entry {e} on {ensemble[i]} differs")
+            copies.append(ensemble[i])
+    where = f"write set {[ensemble[i] for i in md.write_set(e)]} of fragment {ensemble}"
+    sim.check(copies,
+              f"invariant 1: entry {e} (closed end {md.last_entry_id}) is on no bookie of its {where}")
+    if acknowledged:
+        sim.check(len(copies) >= md.ack_quorum_size,
+                  f"invariant 1: acknowledged entry {e} is on only {copies} (< Qa={md.ack_quorum_size}) "
+                  f"of its {where}")
