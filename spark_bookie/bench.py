@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import tempfile
 import threading
@@ -204,6 +205,10 @@ def bench_bookie(args: argparse.Namespace) -> int:
                 rate_per_s=rate, ledger_id=9 + rate)
     finally:
         sb.stop()
+        for leftover in ("cluster", "journal-only", "storage-none", "storage-lz4"):
+            shutil.rmtree(base / leftover, ignore_errors=True)
+        if not args.dir:
+            shutil.rmtree(base, ignore_errors=True)
     _report(res)
     Path(args.json).write_text(json.dumps(res, indent=2))
     print(f"results written to {args.json}")

@@ -92,10 +92,9 @@ def cmd_bookie(args: argparse.Namespace) -> int:
         return _fail(str(e))
     # This process is the bookie's own: freeze what start-up allocated and collect young objects
     # less often, so the cyclic GC does not rescan the write cache's bookkeeping on every add burst.
-    # A short GIL switch interval lets the event loop answer adds while a checkpoint's flush runs.
+
     gc.freeze()
     gc.set_threshold(50_000, 20, 20)
-    sys.setswitchinterval(0.001)
     print(f"bookie {bookie.bookie_id} ready", flush=True)
     try:
         _wait_for_signal()

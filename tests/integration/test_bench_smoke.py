@@ -1,0 +1,26 @@
+"""The benchmarks run end to end and print their tables (speed itself is never asserted here)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+
+@pytest.mark.parametrize("which", ["bookie", "append"])
+def test_bench_quick_runs_and_writes_json(tmp_path, which):
+    out = tmp_path / f"{which}.json"
+    r = subprocess.run([sys.executable, "-m", "spark_bookie.cli", "bench", which, "--quick", "--json", str(out)],
+                       capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    data = json.loads(out.read_text())
+    assert data["goals"] and all(line in r.stdout for line in ("goal ",))
+    if which == "bookie":
+        assert data["bookie_adds"]["adds_per_s"] > 0 and data["raw_group_commit_1mib"]["mb_per_s"] > 0
+    else:
+        assert data["E3Qw3Qa2"]["entries_per_s"] > 0 and "p99_ms" in data["E3Qw3Qa2_at_1000"]
+    assert not list(tmp_path.glob("bench-*/cluster"))  # temporary clusters are removed
