@@ -228,13 +228,12 @@ class BookieClient:
     def read(self, ledger_id: int, entry_id: int, *, fence: bool = False, master_key: bytes = b"",
              previous_lac: int | None = None, long_poll_timeout_ms: int = 0,
              piggyback: bool = False) -> pb.ReadResponse:
-        flag = pb.FENCE_LEDGER if fence else (pb.ENTRY_PIGGYBACK if piggyback else pb.READ_NONE)
-        req = pb.ReadRequest(ledger_id=ledger_id, entry_id=entry_id, flag=flag, master_key=master_key)
-        if previous_lac is not None:
-            req.has_previous_lac = True
-            req.previous_lac = previous_lac
-            req.timeout_ms = long_poll_timeout_ms
-        return self._call(self._stub.Read, req, self._timeout_s + long_poll_timeout_ms / 1000.0)
+        fut = self.read_future(ledger_id, entry_id, fence=fence, master_key=master_key, previous_lac=previous_lac,
+                               long_poll_timeout_ms=long_poll_timeout_ms, piggyback=piggyback)
+        try:
+            return fut.result()
+        except grpc.RpcError as e:
+            raise rpc_error(e, self.address) from e
 
     def read_future(self, ledger_id: int, entry_id: int, *, fence: bool = False, master_key: bytes = b"",
                     previous_lac: int | None = None, long_poll_timeout_ms: int = 0,

@@ -213,20 +213,7 @@ class LedgerStorage:
         When the cache is past its budget the caller flushes inline: back-pressure instead of
         unbounded memory (a sync thread flushing at `needs_flush()` keeps this rare).
         """
-        _check_id(entry_id, "entry")
-        with self._state_lock:
-            st = self._states.get(ledger_id)
-            if st is None:
-                raise NoLedgerError(f"ledger {ledger_id} does not exist on this bookie")
-            if st.last_entry is None:
-                st.last_entry = self._index.last_entry_id(ledger_id)
-            cache = self._active
-            cache.put(ledger_id, entry_id, body)
-            if entry_id > st.last_entry:
-                st.last_entry = entry_id
-            full = cache.size_bytes >= self.write_cache_bytes_max
-        if full:
-            self.flush()
+        self.add_entries(ledger_id, [(entry_id, body)])
 
     def add_entries(self, ledger_id: int, entries: list[tuple[int, bytes]]) -> None:
         """add_entry for many entries of one ledger under one lock (the bookie's batched add path)."""
