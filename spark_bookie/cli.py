@@ -30,21 +30,24 @@ def _setup_logging(verbose: bool) -> None:
 
 
 def _wait_for_signal() -> int:
-    """Block until SIGTERM or SIGINT; returns the signal number."""
+    """Block until SIGTERM or SIGINT; returns the signal number.
+
+    The handler stays installed afterwards: a second Ctrl-C (or a wrapper forwarding the same
+    signal) must not interrupt the clean shutdown that follows and orphan child processes.
+    """
     got: list[int] = []
     event = threading.Event()
 
     def handler(signum: int, _frame: FrameType | None) -> None:
+        if got:
+            print("spark-bookie: already stopping", file=sys.stderr, flush=True)
         got.append(signum)
         event.set()
 
-    old = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGINT)}
-    try:
-        while not event.wait(0.5):
-            pass
-    finally:
-        for s, h in old.items():
-            signal.signal(s, h)
+    for s in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(s, handler)
+    while not event.wait(0.5):
+        pass
     return got[0]
 
 
