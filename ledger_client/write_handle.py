@@ -102,7 +102,7 @@ class WriteHandle:
                     raise errors.LedgerTimeoutError(f"ledger {self.ledger_id}: too many appends outstanding")
                 self._check_writable()
             self._outstanding += 1
-            eid, length, sends = self._sm.append(len(data))
+            eid, length, bookies = self._sm.append(len(data))
             # A recovery's rewrites carry the LAC recovery started from, which fencing proved;
             # the rewrite's own progress is not a confirmation anyone else may rely on.
             lac = self._start_lac if self._recovery else self._sm.lac
@@ -110,7 +110,12 @@ class WriteHandle:
             self._bodies[eid] = body
             self._futures[eid] = fut
             self._sent_at[eid] = time.monotonic()
-            self._send(sends)
+            pool, key, recovery = self._client.pool, self._key, self._recovery
+            for b in bookies:
+                try:
+                    pool.get(b).add_async(self.ledger_id, eid, key, body, self, recovery=recovery)
+                except errors.LedgerError as e:
+                    self._client.run_soon(functools.partial(self._on_failure, b, e))
         return fut
 
     def _check_writable(self) -> None:
@@ -122,7 +127,7 @@ class WriteHandle:
     # ------------------------------------------------------------------ sending and acks
 
     def _send(self, sends: list[Send]) -> None:
-        """Under the lock: hand each (entry, bookie) to that bookie's batching stream."""
+        """Under the lock: resends after an ensemble change, each to its bookie's batching stream."""
         pool = self._client.pool
         for s in sends:
             body = self._bodies.get(s.entry_id)

@@ -57,28 +57,32 @@ class AddState:
         self.pending: dict[int, tuple[str, ...]] = {}   # entry id -> bookie of each write-set slot
         self._acked: dict[int, int] = {}                 # entry id -> bitmask of acked slots
         self._lengths: dict[int, int] = {}               # entry id -> cumulative length
-        # Write sets repeat every E entries: compute the E of them once.
+        # Write sets repeat every E entries: compute the E of them (and their bookies) once.
         self._write_sets = [tuple(write_set(i, ensemble_size, write_quorum_size)) for i in range(ensemble_size)]
+        self._targets = self._targets_by_slot(self.ensemble)
         self.failed: set[str] = set()
         self.changing = False
         self.changes = 0
 
     # ------------------------------------------------------------------ adds
 
-    def append(self, size: int) -> tuple[int, int, list[Send]]:
-        """A new entry: (entry id, cumulative length, where to send it now)."""
+    def _targets_by_slot(self, ensemble: list[str]) -> list[tuple[str, ...]]:
+        return [tuple(ensemble[i] for i in positions) for positions in self._write_sets]
+
+    def append(self, size: int) -> tuple[int, int, tuple[str, ...]]:
+        """A new entry: (entry id, cumulative length, the bookies to send it to now)."""
         eid = self.next_entry_id
-        self.next_entry_id += 1
+        self.next_entry_id = eid + 1
         self.length += size
-        ensemble = self.ensemble
-        positions = self._write_sets[eid % self.e]
-        targets = tuple([ensemble[i] for i in positions])
+        targets = self._targets[eid % self.e]   # shared tuple: nothing allocated per entry
         self.pending[eid] = targets
         self._acked[eid] = 0
         self._lengths[eid] = self.length
         # A bookie known to have failed gets nothing; the running ensemble change resends to its successor.
         failed = self.failed
-        return eid, self.length, [Send(eid, i, b) for i, b in zip(positions, targets, strict=True) if b not in failed]
+        if failed:
+            return eid, self.length, tuple(b for b in targets if b not in failed)
+        return eid, self.length, targets
 
     def on_ack(self, entry_id: int, bookie: str) -> list[Completion]:
         return self.on_acks(bookie, (entry_id,))
@@ -138,6 +142,7 @@ class AddState:
         self.ensembles[first_entry_id] = list(new_ensemble)
         self.last_key = first_entry_id
         self.ensemble = list(new_ensemble)
+        self._targets = self._targets_by_slot(self.ensemble)
         self.changes += 1
         sends: list[Send] = []
         for eid, targets in list(self.pending.items()):

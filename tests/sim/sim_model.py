@@ -431,7 +431,8 @@ class SimWriter:
         """append_async: None (and no effect) when the handle already failed or closed."""
         if self.error is not None or self.closed:
             return None
-        eid, length, sends = self.sm.append(len(data))
+        eid, length, bookies = self.sm.append(len(data))
+        sends = [Send(eid, -1, b) for b in bookies]  # the position only matters for resends
         self.bodies[eid] = Body(eid, self.sm.lac, length, data)
         self.waiters[eid] = done
         self.sim.log(f"{self.name} append {eid} -> {[s.bookie for s in sends]}")

@@ -84,8 +84,8 @@ def test_recovery_read_tally_rules():
 
 def test_add_state_ensemble_change_resends_and_holds_completions():
     s = AddState(3, 3, 2, {0: ["a", "b", "c"]})
-    e0, _, sends = s.append(10)
-    assert {x.bookie for x in sends} == {"a", "b", "c"}
+    e0, _, bookies = s.append(10)
+    assert set(bookies) == {"a", "b", "c"}
     assert [c.entry_id for c in s.on_ack(e0, "a") + s.on_ack(e0, "b")] == [0]
     e1, _, _ = s.append(10)
     s.on_ack(e1, "a")
