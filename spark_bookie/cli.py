@@ -26,7 +26,8 @@ def _zk_default() -> str:
 def _setup_logging(verbose: bool) -> None:
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger("kazoo").setLevel(logging.WARNING)
+    # kazoo logs every failed reconnect attempt; our own error says what went wrong once.
+    logging.getLogger("kazoo").setLevel(logging.DEBUG if verbose else logging.ERROR)
 
 
 def _wait_for_signal() -> int:
