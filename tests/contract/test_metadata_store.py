@@ -165,21 +165,10 @@ def _zk_backend(hosts: str, stores: list[MetadataStore]) -> Backend:
 
 
 def _expire_zk_session(store: MetadataStore) -> None:
-    """Close the store's session from a second client that reuses its id and password: the
-    server expires it and the store sees LOST on its next contact, as after a long partition."""
-    from kazoo.client import KazooClient
+    """Expire the store's session as a long partition would (kazoo stays under metadata/zk/)."""
+    from metadata.zk.testing import expire_session
 
-    from metadata.zk.store import ZkMetadataStore
-
-    assert isinstance(store, ZkMetadataStore)
-    client_id = store._client.client_id
-    assert client_id is not None
-    twin = KazooClient(
-        hosts=store.connect_info.hosts_string, client_id=client_id, timeout=SESSION_TIMEOUT_MS / 1000
-    )
-    twin.start(timeout=10)
-    twin.stop()
-    twin.close()
+    expire_session(store, timeout_s=SESSION_TIMEOUT_MS / 1000)
 
 
 @pytest.fixture(
