@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import subprocess
 import tempfile
@@ -42,18 +43,34 @@ def _pct(values: list[float], p: float) -> float:
     return s[min(len(s) - 1, int(round(p / 100 * (len(s) - 1))))] * 1000.0 if s else float("nan")
 
 
-def _throughput(client: Any, cfg: tuple[int, int, int], entries: int, size: int) -> dict[str, float]:
+def _cpu_seconds(pid: int | None = None) -> float:
+    """User + system CPU of this process (pid None) or of another one (from /proc)."""
+    if pid is None:
+        r = resource.getrusage(resource.RUSAGE_SELF)
+        return r.ru_utime + r.ru_stime
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _throughput(client: Any, cfg: tuple[int, int, int], entries: int, size: int,
+                bookie_pids: list[int]) -> dict[str, float]:
+    """Pipelined appends; also CPU microseconds per entry in the client and in all bookies, the
+    figure that decides how far two cores can go."""
     w = client.create_ledger(*cfg)
     payload = os.urandom(size)
+    c0, b0 = _cpu_seconds(), sum(_cpu_seconds(p) for p in bookie_pids)
     t0 = time.perf_counter()
     futs = [w.append_async(payload) for _ in range(entries)]
     last = futs[-1].result(timeout=600)
     elapsed = time.perf_counter() - t0
+    c1, b1 = _cpu_seconds(), sum(_cpu_seconds(p) for p in bookie_pids)
     failed = sum(1 for f in futs if f.exception() is not None)
     w.close()
     if failed or last != entries - 1:
         raise RuntimeError(f"{failed} appends failed")
-    return {"entries_per_s": entries / elapsed, "mb_per_s": entries * size / elapsed / 1e6}
+    return {"entries_per_s": entries / elapsed, "mb_per_s": entries * size / elapsed / 1e6,
+            "client_cpu_us_per_entry": (c1 - c0) / entries * 1e6,
+            "bookies_cpu_us_per_entry": (b1 - b0) / entries * 1e6}
 
 
 def _latency_at_rate(client: Any, cfg: tuple[int, int, int], rate: float, seconds: float,
@@ -135,10 +152,11 @@ def bench_append(args: argparse.Namespace) -> int:
     res: dict[str, Any] = {"entries": entries, "entry_bytes": args.entry_bytes}
     with Sandbox(root / "cluster", 3, bookie_settings={"gc_interval_ms": 3_600_000}) as sb:
         with LedgerClient(sb.connect_string, config=ClientConfig()) as client:
-            _throughput(client, (3, 3, 2), min(entries, 5_000), args.entry_bytes)  # warm-up
+            pids = [b.proc.pid for b in sb.bookies if b.proc is not None]
+            _throughput(client, (3, 3, 2), min(entries, 5_000), args.entry_bytes, pids)  # warm-up
             for cfg in CONFIGS:
                 name = "E{}Qw{}Qa{}".format(*cfg)
-                res[name] = _throughput(client, cfg, entries, args.entry_bytes)
+                res[name] = _throughput(client, cfg, entries, args.entry_bytes, pids)
                 res[name + "_at_1000"] = _latency_at_rate(client, cfg, 1000.0, seconds, args.entry_bytes)
     res["peer_redis"] = redis_peer(root / "redis", 5.0 if args.quick else 10.0, args.entry_bytes)
     shutil.rmtree(root, ignore_errors=True)
@@ -155,8 +173,9 @@ def _report(res: dict[str, Any]) -> None:
     for cfg in CONFIGS:
         name = "E{}Qw{}Qa{}".format(*cfg)
         t, lat = res[name], res[name + "_at_1000"]
-        print(f"{name}: {t['entries_per_s']:>10,.0f} entries/s ({t['mb_per_s']:.1f} MB/s)   at 1,000/s: "
-              f"p50 {lat['p50_ms']:.2f} ms  p99 {lat['p99_ms']:.2f} ms  p999 {lat['p999_ms']:.2f} ms")
+        print(f"{name}: {t['entries_per_s']:>10,.0f} entries/s ({t['mb_per_s']:.1f} MB/s; CPU per entry: "
+              f"client {t['client_cpu_us_per_entry']:.0f} us, bookies {t['bookies_cpu_us_per_entry']:.0f} us)   "
+              f"at 1,000/s: p50 {lat['p50_ms']:.2f} ms  p99 {lat['p99_ms']:.2f} ms  p999 {lat['p999_ms']:.2f} ms")
     if peer_rate:
         print(f"peer: Redis appendfsync=always, XADD, {peer['clients']} clients: {peer_rate:,.0f} entries/s "
               "(one copy)")
