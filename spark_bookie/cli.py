@@ -96,7 +96,6 @@ def cmd_bookie(args: argparse.Namespace) -> int:
         return _fail(str(e))
     # This process is the bookie's own: freeze what start-up allocated and collect young objects
     # less often, so the cyclic GC does not rescan the write cache's bookkeeping on every add burst.
-
     gc.freeze()
     gc.set_threshold(50_000, 20, 20)
     print(f"bookie {bookie.bookie_id} ready", flush=True)
