@@ -22,6 +22,7 @@ from .machines import QuorumCoverage, write_set
 from .protocol import bookkeeper_pb2 as pb
 from .protocol.framing import Digester, FramingError, parse_header
 from .transport import rpc_error, status_error
+from .transport.completion import as_completed
 
 if TYPE_CHECKING:
     from .client import LedgerClient
@@ -254,19 +255,13 @@ class ReadHandle:
                 pass
         best = -1
         deadline = time.monotonic() + self._client.config.read_timeout_ms / 1000
-        pending = dict(futs)
-        while pending and time.monotonic() < deadline:
-            for i, f in list(pending.items()):
-                if not f.done():
-                    continue
-                del pending[i]
-                lac = self._lac_of(f)
-                if lac is None:
-                    continue
-                best = max(best, lac)
-                if cov.add(i) or first_only:
-                    return best
-            time.sleep(0.001)
+        for i, f in as_completed(futs, deadline):
+            lac = self._lac_of(f)
+            if lac is None:
+                continue
+            best = max(best, lac)
+            if cov.add(i) or first_only:
+                return best
         raise errors.BookieUnavailableError(
             f"ledger {self.ledger_id}: too few bookies of {bookies} answered the LAC read")
 
@@ -328,26 +323,20 @@ class ReadHandle:
         return self._lac, entry
 
     def _await_poll(self, polls: list[grpc.Future], entry_id: int, deadline: float) -> LedgerEntry | None:
-        pending = list(polls)
-        while pending and time.monotonic() < deadline:
-            for f in list(pending):
-                if not f.done():
-                    continue
-                pending.remove(f)
+        for _i, f in as_completed(dict(enumerate(polls)), deadline):
+            try:
+                resp = f.result()
+            except (grpc.RpcError, grpc.FutureCancelledError):
+                continue
+            if resp.status != pb.EOK or resp.max_lac <= self._lac:
+                continue
+            self._advance_lac(resp.max_lac)
+            if resp.body and entry_id <= resp.max_lac:
                 try:
-                    resp = f.result()
-                except (grpc.RpcError, grpc.FutureCancelledError):
-                    continue
-                if resp.status != pb.EOK or resp.max_lac <= self._lac:
-                    continue
-                self._advance_lac(resp.max_lac)
-                if resp.body and entry_id <= resp.max_lac:
-                    try:
-                        return self.decode(entry_id, resp.body)
-                    except errors.DigestMismatchError:
-                        return None
-                return None
-            time.sleep(0.001)
+                    return self.decode(entry_id, resp.body)
+                except errors.DigestMismatchError:
+                    return None
+            return None
         return None
 
     def tail(self, start_entry_id: int = 0, timeout_ms: int | None = None) -> Iterator[LedgerEntry]:

@@ -27,22 +27,12 @@ from . import errors
 from .machines import QuorumCoverage, ReadOutcome, RecoveryReadTally, fence_start_point, write_set
 from .protocol import bookkeeper_pb2 as pb
 from .protocol.framing import Digester, FramingError, parse_header
+from .transport.completion import as_completed
 
 if TYPE_CHECKING:
     from .client import LedgerClient
 
 log = logging.getLogger(__name__)
-
-
-def _await(futs: dict[int, grpc.Future], deadline: float) -> tuple[int, grpc.Future] | None:
-    """The next finished future (index, future), or None when none finished before the deadline."""
-    while futs and time.monotonic() < deadline:
-        for i, f in list(futs.items()):
-            if f.done():
-                del futs[i]
-                return i, f
-        time.sleep(0.0005)
-    return None
 
 
 class LedgerRecovery:
@@ -83,8 +73,7 @@ class LedgerRecovery:
             except errors.LedgerError:
                 pass
         lacs: list[int] = []
-        while (done := _await(futs, self._deadline)) is not None:
-            i, f = done
+        for i, f in as_completed(futs, self._deadline):
             lac = self._fence_answer(bookies[i], f)
             if lac is None:
                 continue
@@ -173,7 +162,8 @@ class LedgerRecovery:
             except errors.LedgerError:
                 tally.on_error(i)
         outcome = tally.on_error(-1)  # evaluate (no-op index)
-        while outcome is ReadOutcome.PENDING and (done := _await(futs, self._deadline)) is not None:
+        answers = as_completed(futs, self._deadline)
+        while outcome is ReadOutcome.PENDING and (done := next(answers, None)) is not None:
             i, f = done
             try:
                 resp = f.result()
