@@ -1,0 +1,5 @@
+"""The ``ledger`` Spark data source, found by PySpark 4 without a registration call.
+
+PySpark discovers installed ``pyspark_*`` modules that define ``DefaultSource`` when a session
+starts; this module only re-exports the real source from :mod:`jobs`.
+"""
