@@ -18,7 +18,7 @@ import asyncio
 import logging
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
-from typing import TypeVar
+from typing import NamedTuple, TypeVar, cast
 
 from ledger_client.protocol import bookkeeper_pb2 as pb
 from ledger_client.protocol.framing import FramingError, parse_header
@@ -95,10 +95,9 @@ class RequestProcessor:
 
     # ------------------------------------------------------------------ adds
 
-    def _check_body(self, add: pb.AddRequest) -> int:
+    def _check_body(self, lid: int, eid: int, body: bytes) -> int:
         """Validate one add before anything is written; returns the LAC its header piggybacks."""
-        lid, eid, body = add.ledger_id, add.entry_id, add.body
-        if lid < 0 or eid < 0:
+        if eid < 0:
             raise BadRequestError(f"ledger and entry ids must be >= 0 (got {lid}/{eid})")
         if len(body) > self._cfg.entry_size_bytes_max:
             raise BadRequestError(f"entry {lid}/{eid} is {len(body)} bytes, over the limit of "
@@ -111,52 +110,60 @@ class RequestProcessor:
             raise BadRequestError(f"body header names entry {hlid}/{heid}, request names {lid}/{eid}")
         return hlac
 
-    def _accept_ledger(self, lid: int, group: list[pb.AddRequest], records: list[JournalRecord],
-                       ok_ids: list[int], failures: list[pb.AddResponse]) -> int:
+    def _check_group(self, g: AddGroup, records: list[JournalRecord]) -> None:
+        """What holds for the whole group: shape, ids, key, fencing (raises for all of its adds)."""
+        if not len(g.entry_ids) == len(g.request_ids) == len(g.bodies):
+            raise BadRequestError(f"ledger {g.ledger_id}: {len(g.entry_ids)} entry ids, {len(g.request_ids)} "
+                                  f"request ids and {len(g.bodies)} bodies do not line up")
+        if g.ledger_id < 0:
+            raise BadRequestError(f"ledger and entry ids must be >= 0 (got ledger {g.ledger_id})")
+        self._check_key(g.ledger_id, g.master_key, records)
+        if g.flag != pb.RECOVERY_ADD and self._storage.is_fenced(g.ledger_id):
+            raise FencedError(f"ledger {g.ledger_id} is fenced")
+
+    def _accept_group(self, g: AddGroup, records: list[JournalRecord], ok_ids: list[int],
+                      failures: list[pb.AddResponse]) -> int:
         """Validate and apply one ledger's adds of a batch (one key check and one storage lock for
         the lot); returns the highest piggybacked LAC among the accepted ones."""
+        lid = g.ledger_id
+        try:
+            self._check_group(g, records)
+        except BookieError as e:
+            failures.extend(group_failures(g, e.status, str(e)))
+            return -2
         entries: list[tuple[int, bytes]] = []
-        good_key: bytes | None = None
-        fenced = False
         top_lac = -2
-        for add in group:
+        check, add_record, add_ok, add_entry = self._check_body, records.append, ok_ids.append, entries.append
+        for eid, rid, body in zip(g.entry_ids, g.request_ids, g.bodies, strict=True):
             try:
-                hlac = self._check_body(add)
-                if add.master_key != good_key:
-                    self._check_key(lid, add.master_key, records)
-                    good_key = add.master_key
-                    fenced = self._storage.is_fenced(lid)
-                if fenced and add.flag != pb.RECOVERY_ADD:
-                    raise FencedError(f"ledger {lid} is fenced")
+                hlac = check(lid, eid, body)
             except BookieError as e:
-                failures.append(_add_response(add, e.status, str(e)))
+                failures.append(_failure(lid, eid, rid, e.status, str(e)))
                 continue
-            entries.append((add.entry_id, add.body))
-            records.append(JournalRecord(RecordType.ADD, lid, add.entry_id, add.body))
-            ok_ids.append(add.request_id)
+            add_entry((eid, body))
+            add_record(JournalRecord(RecordType.ADD, lid, eid, body))
+            add_ok(rid)
             if hlac > top_lac:
                 top_lac = hlac
         if entries:
             self._storage.add_entries(lid, entries)
         return top_lac
 
-    def process_adds(self, adds: Sequence[pb.AddRequest], reply: Reply) -> None:
+    def process_adds(self, batch: pb.AddBatch, reply: Reply) -> None:
         """Apply a batch; `reply(ok_request_ids, failures)` runs once all accepted adds are durable."""
-        failures: list[pb.AddResponse] = []
+        groups = add_groups(batch)
         if self._read_only():
-            reply([], [_add_response(a, pb.EREADONLY, "bookie is read-only (disk usage above threshold)")
-                       for a in adds])
+            reply([], [f for g in groups
+                       for f in group_failures(g, pb.EREADONLY, "bookie is read-only (disk usage above threshold)")])
             return
-        by_ledger: dict[int, list[pb.AddRequest]] = {}
-        for add in adds:
-            group = by_ledger.get(add.ledger_id)
-            if group is None:
-                group = by_ledger[add.ledger_id] = []
-            group.append(add)
+        failures: list[pb.AddResponse] = []
         records: list[JournalRecord] = []
         ok_ids: list[int] = []
-        lacs = {lid: self._accept_ledger(lid, group, records, ok_ids, failures)
-                for lid, group in by_ledger.items()}
+        lacs: dict[int, int] = {}
+        for g in groups:
+            lac = self._accept_group(g, records, ok_ids, failures)
+            if lac > lacs.get(g.ledger_id, -2):
+                lacs[g.ledger_id] = lac
         if not records:
             reply([], failures)
             return
@@ -165,7 +172,8 @@ class RequestProcessor:
             if exc is not None:
                 detail = f"journal write failed: {exc}"
                 accepted = set(ok_ids)
-                failures.extend(_add_response(a, pb.EIO, detail) for a in adds if a.request_id in accepted)
+                failures.extend(f for g in groups for f in group_failures(g, pb.EIO, detail)
+                                if f.request_id in accepted)
                 reply([], failures)
                 return
             for lid, lac in lacs.items():
@@ -281,6 +289,47 @@ def _settle(fut: asyncio.Future[None], exc: BaseException | None) -> None:
         fut.set_exception(StorageIOError(f"journal write failed: {exc}"))
 
 
-def _add_response(add: pb.AddRequest, status: pb.StatusCode, detail: str) -> pb.AddResponse:
-    return pb.AddResponse(status=status, ledger_id=add.ledger_id, entry_id=add.entry_id,
-                          request_id=add.request_id, detail=detail)
+def _failure(ledger_id: int, entry_id: int, request_id: int, status: int, detail: str) -> pb.AddResponse:
+    return pb.AddResponse(status=cast(pb.StatusCode, status), ledger_id=ledger_id, entry_id=entry_id,
+                          request_id=request_id, detail=detail)
+
+
+class AddGroup(NamedTuple):
+    """Adds of one ledger with one key and flag, column-wise (what pb.LedgerAdds carries)."""
+
+    ledger_id: int
+    flag: int
+    master_key: bytes
+    entry_ids: list[int]
+    request_ids: list[int]
+    bodies: list[bytes]
+
+
+def add_groups(batch: pb.AddBatch) -> list[AddGroup]:
+    """The batch's adds as groups: packed LedgerAdds as they are, one-per-message adds grouped."""
+    groups = [AddGroup(g.ledger_id, g.flag, g.master_key, list(g.entry_ids), list(g.request_ids), list(g.bodies))
+              for g in batch.ledger_adds]
+    singles: dict[tuple[int, int, bytes], AddGroup] = {}
+    for a in batch.adds:
+        k = (a.ledger_id, a.flag, a.master_key)
+        g = singles.get(k)
+        if g is None:
+            g = singles[k] = AddGroup(a.ledger_id, a.flag, a.master_key, [], [], [])
+            groups.append(g)
+        g.entry_ids.append(a.entry_id)
+        g.request_ids.append(a.request_id)
+        g.bodies.append(a.body)
+    return groups
+
+
+def group_failures(g: AddGroup, status: int, detail: str) -> list[pb.AddResponse]:
+    """One answer per request id of the group (an add is a request id; a malformed group may have
+    fewer entry ids, which are then reported as -1)."""
+    eids = g.entry_ids
+    return [_failure(g.ledger_id, eids[i] if i < len(eids) else -1, rid, status, detail)
+            for i, rid in enumerate(g.request_ids)]
+
+
+def batch_size(batch: pb.AddBatch) -> int:
+    """How many adds (request ids) a batch carries, in both forms: each gets exactly one answer."""
+    return len(batch.adds) + sum(len(g.request_ids) for g in batch.ledger_adds)

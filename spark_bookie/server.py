@@ -19,7 +19,7 @@ from ledger_client.protocol import bookkeeper_pb2 as pb
 from ledger_client.protocol import bookkeeper_pb2_grpc as pb_grpc
 
 from .errors import BookieError
-from .processor import RequestProcessor
+from .processor import RequestProcessor, add_groups, batch_size, group_failures
 
 log = logging.getLogger(__name__)
 R = TypeVar("R")
@@ -58,16 +58,14 @@ class BookieServicer(pb_grpc.BookieServicer):
         async def read_requests() -> None:
             try:
                 async for batch in request_iterator:
-                    adds = batch.adds
-                    if state["in_flight"] + len(adds) > self._in_flight_max:
-                        out.put_nowait(([], [pb.AddResponse(
-                            status=pb.ETOOMANYREQUESTS, ledger_id=a.ledger_id, entry_id=a.entry_id,
-                            request_id=a.request_id,
-                            detail=f"more than {self._in_flight_max} adds in flight on this stream")
-                            for a in adds]))
+                    n = batch_size(batch)
+                    if state["in_flight"] + n > self._in_flight_max:
+                        detail = f"more than {self._in_flight_max} adds in flight on this stream"
+                        out.put_nowait(([], [f for g in add_groups(batch)
+                                             for f in group_failures(g, pb.ETOOMANYREQUESTS, detail)]))
                         continue
-                    state["in_flight"] += len(adds)
-                    self._p.process_adds(adds, reply)
+                    state["in_flight"] += n
+                    self._p.process_adds(batch, reply)
             except (asyncio.CancelledError, grpc.RpcError):
                 pass
             finally:

@@ -85,11 +85,29 @@ class AddResponse(_message.Message):
     detail: str
     def __init__(self, status: _Optional[_Union[StatusCode, str]] = ..., ledger_id: _Optional[int] = ..., entry_id: _Optional[int] = ..., request_id: _Optional[int] = ..., detail: _Optional[str] = ...) -> None: ...
 
+class LedgerAdds(_message.Message):
+    __slots__ = ("ledger_id", "flag", "master_key", "entry_ids", "request_ids", "bodies")
+    LEDGER_ID_FIELD_NUMBER: _ClassVar[int]
+    FLAG_FIELD_NUMBER: _ClassVar[int]
+    MASTER_KEY_FIELD_NUMBER: _ClassVar[int]
+    ENTRY_IDS_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_IDS_FIELD_NUMBER: _ClassVar[int]
+    BODIES_FIELD_NUMBER: _ClassVar[int]
+    ledger_id: int
+    flag: AddFlag
+    master_key: bytes
+    entry_ids: _containers.RepeatedScalarFieldContainer[int]
+    request_ids: _containers.RepeatedScalarFieldContainer[int]
+    bodies: _containers.RepeatedScalarFieldContainer[bytes]
+    def __init__(self, ledger_id: _Optional[int] = ..., flag: _Optional[_Union[AddFlag, str]] = ..., master_key: _Optional[bytes] = ..., entry_ids: _Optional[_Iterable[int]] = ..., request_ids: _Optional[_Iterable[int]] = ..., bodies: _Optional[_Iterable[bytes]] = ...) -> None: ...
+
 class AddBatch(_message.Message):
-    __slots__ = ("adds",)
+    __slots__ = ("adds", "ledger_adds")
     ADDS_FIELD_NUMBER: _ClassVar[int]
+    LEDGER_ADDS_FIELD_NUMBER: _ClassVar[int]
     adds: _containers.RepeatedCompositeFieldContainer[AddRequest]
-    def __init__(self, adds: _Optional[_Iterable[_Union[AddRequest, _Mapping]]] = ...) -> None: ...
+    ledger_adds: _containers.RepeatedCompositeFieldContainer[LedgerAdds]
+    def __init__(self, adds: _Optional[_Iterable[_Union[AddRequest, _Mapping]]] = ..., ledger_adds: _Optional[_Iterable[_Union[LedgerAdds, _Mapping]]] = ...) -> None: ...
 
 class AddBatchResponse(_message.Message):
     __slots__ = ("responses", "ok_request_ids")

@@ -14,7 +14,7 @@ import queue
 import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import grpc
 
@@ -99,30 +99,41 @@ class _AddStream:
         self._reader.start()
 
     def _requests(self) -> Iterator[pb.AddBatch]:
-        """Drain whatever is queued into one message (built in place: no per-entry copy)."""
+        """Drain whatever is queued into one message, column-wise per ledger (pb.LedgerAdds): a few
+        list appends per entry here, and the message is built in C from the lists."""
         get, get_nowait = self._q.get, self._q.get_nowait
+        entries_max, bytes_max = self._batch_entries_max, self._batch_bytes_max
         while True:
             item = get()
             if item is _STOP:
                 return
-            batch = pb.AddBatch()
-            add = batch.adds.add
-            n, size = 0, 0
+            groups: dict[tuple[int, int, bytes], tuple[list[int], list[int], list[bytes]]] = {}
+            n, size, stop = 0, 0, False
             while True:
                 lid, eid, key, body, flag, rid = item
-                add(ledger_id=lid, entry_id=eid, master_key=key, body=body, flag=flag, request_id=rid)
+                g = groups.get((lid, flag, key))
+                if g is None:
+                    g = groups[(lid, flag, key)] = ([], [], [])
+                g[0].append(eid)
+                g[1].append(rid)
+                g[2].append(body)
                 n += 1
                 size += len(body)
-                if n >= self._batch_entries_max or size >= self._batch_bytes_max:
+                if n >= entries_max or size >= bytes_max:
                     break
                 try:
                     item = get_nowait()
                 except queue.Empty:
                     break
                 if item is _STOP:
-                    yield batch
-                    return
-            yield batch
+                    stop = True
+                    break
+            yield pb.AddBatch(ledger_adds=[
+                pb.LedgerAdds(ledger_id=lid, flag=cast(pb.AddFlag, flag), master_key=key, entry_ids=eids,
+                              request_ids=rids, bodies=bodies)
+                for (lid, flag, key), (eids, rids, bodies) in groups.items()])
+            if stop:
+                return
 
     def _read(self) -> None:
         pending = self._pending

@@ -82,6 +82,40 @@ def test_malformed_and_oversized_requests(cluster_factory):
         assert c.info().status == pb.EOK
 
 
+def test_both_add_forms_and_a_misshapen_group(cluster_factory):
+    """One AddBatch may carry one-message-per-add requests and packed LedgerAdds; a packed group
+    whose columns do not line up is refused add by add (EBADREQ), and nothing of it is stored."""
+    sb = cluster_factory(1)
+    addr = sb.bookies[0].bookie_id
+    batch = pb.AddBatch(
+        adds=[pb.AddRequest(ledger_id=7, entry_id=e, master_key=KEY, body=body(7, e), request_id=100 + e)
+              for e in range(2)],
+        ledger_adds=[
+            pb.LedgerAdds(ledger_id=8, master_key=KEY, entry_ids=[0, 1, 2], request_ids=[200, 201, 202],
+                          bodies=[body(8, e) for e in range(3)]),
+            pb.LedgerAdds(ledger_id=9, master_key=KEY, entry_ids=[0, 1], request_ids=[300, 301, 302],
+                          bodies=[body(9, 0)]),
+        ])
+    with grpc.insecure_channel(addr) as ch:
+        stream = ch.stream_stream("/spark_bookie.v1.Bookie/AddStream",
+                                  request_serializer=pb.AddBatch.SerializeToString,
+                                  response_deserializer=pb.AddBatchResponse.FromString)
+        ok: set[int] = set()
+        failed: dict[int, pb.AddResponse] = {}
+        for resp in stream(iter([batch]), timeout=20):
+            ok.update(resp.ok_request_ids)
+            failed.update((r.request_id, r) for r in resp.responses)
+    assert ok == {100, 101, 200, 201, 202}
+    assert set(failed) == {300, 301, 302}
+    assert all(r.status == pb.EBADREQ and "line up" in r.detail for r in failed.values())
+    assert [failed[r].entry_id for r in (300, 301, 302)] == [0, 1, -1]
+    with BookieClient(addr) as c:
+        for lid, n in ((7, 2), (8, 3)):
+            for e in range(n):
+                check_entry(c, lid, e)
+        assert c.read(9, 0).status == pb.ENOLEDGER
+
+
 def test_too_many_adds_in_flight(cluster_factory):
     sb = cluster_factory(1, in_flight_adds_per_stream_max=50)
     with BookieClient(sb.bookies[0].bookie_id, batch_entries_max=500) as c:
