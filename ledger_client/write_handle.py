@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 from metadata import LedgerMetadata, LedgerState, MetadataError, transitions
 
 from . import errors
+from .futures import AppendFuture
 from .machines import AddState, Completion, Send
 from .protocol import bookkeeper_pb2 as pb
 from .protocol.framing import Digester
@@ -91,7 +92,7 @@ class WriteHandle:
         limit = self._client.config.entry_size_bytes_max
         if len(data) > limit:
             raise errors.IncorrectParameterError(f"entry of {len(data)} bytes is over the limit of {limit}")
-        fut: Future[int] = Future()
+        fut: Future[int] = AppendFuture()
         cfg = self._client.config
         with self._lock:
             self._check_writable()

@@ -1,0 +1,81 @@
+"""A cheaper ``concurrent.futures.Future`` for appends.
+
+A writer makes one Future per entry and most are never waited on (a pipelined writer waits on the
+last one, or on none). ``Future()`` builds a ``threading.Condition`` up front, which was a quarter
+of ``append_async``'s CPU; here the condition is made on first use by a waiter, and settling a
+future nobody waits on takes no lock at all.
+
+Why the lock-free path is safe (CPython's GIL makes the dict and attribute operations below
+atomic and sequentially consistent): every waiter — ``result()``, ``exception()``, ``wait()``,
+``as_completed()``, ``add_done_callback()`` — first creates the condition and only then reads the
+state, under the condition. The setter first writes the state and only then looks for the
+condition. So either the waiter reads FINISHED, or the setter sees the condition and notifies
+under it (the slow path) after the waiter has parked. The future is RUNNING from birth, so
+``cancel()`` returns False: an add on its way to the bookies cannot be taken back, and a cancelled
+future would otherwise break the in-order completion of the ones after it.
+"""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import Future
+from concurrent.futures._base import FINISHED, RUNNING, InvalidStateError
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+_COND = "_lazy_condition"
+
+
+class AppendFuture(Future[T]):
+    """A Future settled exactly once, by one thread (the writer's completion drainer)."""
+
+    def __init__(self) -> None:  # noqa: D107 - deliberately not calling Future.__init__
+        self._state = RUNNING
+        self._result = None
+        self._exception = None
+        self._waiters: list[Any] = []
+        self._done_callbacks: list[Any] = []
+
+    @property  # type: ignore[override]
+    def _condition(self) -> threading.Condition:
+        d = self.__dict__
+        cond = d.get(_COND)
+        if cond is None:
+            cond = d.setdefault(_COND, threading.Condition())  # atomic: racing creators agree
+        return cond  # type: ignore[no-any-return]
+
+    @_condition.setter
+    def _condition(self, value: threading.Condition) -> None:
+        self.__dict__[_COND] = value
+
+    def _settle(self, result: Any, exception: BaseException | None) -> None:
+        d = self.__dict__
+        if d.get(_COND) is not None:
+            # Someone waits (or waited): the stock locked path.
+            if exception is None:
+                super().set_result(result)
+            else:
+                super().set_exception(exception)
+            return
+        if self._state == FINISHED:
+            raise InvalidStateError(f"{self._state}: {self!r}")
+        self._result, self._exception = result, exception
+        self._state = FINISHED
+        cond = d.get(_COND)
+        if cond is None:
+            return  # nobody can be waiting and no callback can be registered (see module doc)
+        with cond:  # a waiter arrived between our two looks: wake it
+            for waiter in self._waiters:
+                if exception is None:
+                    waiter.add_result(self)
+                else:
+                    waiter.add_exception(self)
+            cond.notify_all()
+        self._invoke_callbacks()  # type: ignore[attr-defined]
+
+    def set_result(self, result: T) -> None:
+        self._settle(result, None)
+
+    def set_exception(self, exception: BaseException | None) -> None:
+        self._settle(None, exception if exception is not None else RuntimeError("no exception given"))

@@ -1,0 +1,123 @@
+"""AppendFuture keeps concurrent.futures.Future's contract while settling without a lock.
+
+The races that matter are a waiter arriving while the setter settles; each test runs many rounds
+with the two threads started together, so a lost wake-up shows up as a timeout.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from concurrent import futures
+
+import pytest
+
+from ledger_client.futures import AppendFuture
+
+pytestmark = pytest.mark.unit
+
+
+def test_unwaited_future_settles_and_reports():
+    f: AppendFuture[int] = AppendFuture()
+    assert not f.done() and f.running()
+    f.set_result(7)
+    assert f.done() and f.result(timeout=0) == 7 and f.exception(timeout=0) is None
+    with pytest.raises(futures.InvalidStateError):
+        f.set_result(8)
+
+
+def test_exception_and_callbacks_before_and_after():
+    f: AppendFuture[int] = AppendFuture()
+    seen: list[object] = []
+    f.add_done_callback(lambda x: seen.append(("before", x.exception())))
+    err = ValueError("boom")
+    f.set_exception(err)
+    f.add_done_callback(lambda x: seen.append(("after", x.exception())))
+    assert seen == [("before", err), ("after", err)]
+    with pytest.raises(ValueError):
+        f.result(timeout=0)
+
+
+def test_cannot_be_cancelled():
+    """An add already sent cannot be taken back; cancel() must say so rather than pretend."""
+    f: AppendFuture[int] = AppendFuture()
+    assert f.cancel() is False and not f.cancelled()
+    f.set_result(1)
+    assert f.result() == 1
+
+
+def _wait(how: str, f: AppendFuture[int], got: list[int], start: threading.Barrier, spin: int) -> None:
+    start.wait()
+    for _ in range(spin):
+        pass
+    if how == "result":
+        got.append(f.result(timeout=5))
+    elif how == "wait":
+        futures.wait([f], timeout=5)
+        got.append(f.result(timeout=0))
+    elif how == "as_completed":
+        for x in futures.as_completed([f], timeout=5):
+            got.append(x.result())
+    else:
+        done = threading.Event()
+        f.add_done_callback(lambda x: (got.append(x.result()), done.set()))
+        done.wait(5)
+
+
+@pytest.mark.parametrize("how", ["result", "wait", "as_completed", "callback"])
+def test_no_lost_wakeup_when_waiter_races_setter(how, seed):
+    rng = random.Random(seed)
+    for _ in range(300):
+        f: AppendFuture[int] = AppendFuture()
+        got: list[int] = []
+        start = threading.Barrier(2)
+        t = threading.Thread(target=_wait, args=(how, f, got, start, rng.randrange(50)))
+        t.start()
+        start.wait()
+        for _ in range(rng.randrange(50)):
+            pass
+        f.set_result(42)
+        t.join(10)
+        assert got == [42], f"waiter via {how} saw {got}"
+
+
+class _WaiterSneaksIn(AppendFuture[int]):
+    """Parks a result() waiter at the worst moment: after the setter's first look for a condition
+    and before it writes FINISHED. The setter must then notice the waiter and wake it."""
+
+    def __init__(self) -> None:
+        self.waiter_result: list[object] = []
+        super().__init__()
+
+    @property  # type: ignore[override]
+    def _state(self) -> str:
+        return self.__dict__["_st"]  # type: ignore[no-any-return]
+
+    @_state.setter
+    def _state(self, value: str) -> None:
+        if value == "FINISHED" and not self.waiter_result:
+            t = threading.Thread(target=self._wait)
+            t.start()
+            while not self.__dict__.get("_lazy_condition") or not self.__dict__["_lazy_condition"]._waiters:
+                if not t.is_alive():
+                    break
+        self.__dict__["_st"] = value
+
+    def _wait(self) -> None:
+        # result() re-reads the state when its wait times out, so a missed wake-up shows up as the
+        # whole timeout passing (then the value): measure how long the waiter was parked.
+        t0 = time.monotonic()
+        value = self.result(timeout=5)
+        self.waiter_result.append((value, time.monotonic() - t0 < 2.5))
+
+
+def test_setter_wakes_a_waiter_that_parked_during_settling():
+    f = _WaiterSneaksIn()
+    f.set_result(5)
+    deadline = threading.Event()
+    for _ in range(100):
+        if f.waiter_result:
+            break
+        deadline.wait(0.05)
+    assert f.waiter_result == [(5, True)], "the waiter was not woken by set_result"
