@@ -196,11 +196,14 @@ class LedgerClient:
         return iter(ids)
 
     def ledger_metadata(self, ledger_id: int) -> LedgerMetadata:
+        return self.ledger_metadata_versioned(ledger_id)[0]
+
+    def ledger_metadata_versioned(self, ledger_id: int) -> tuple[LedgerMetadata, int]:
+        """The ledger's metadata and its znode version (for a CAS that must start from it)."""
         if not isinstance(ledger_id, int) or ledger_id < 0:
             raise errors.IncorrectParameterError(f"ledger id must be a non-negative int, not {ledger_id!r}")
         with metadata_errors(f"read ledger {ledger_id}"):
-            md, _version = self.store.read_ledger_metadata(ledger_id)
-        return md
+            return self.store.read_ledger_metadata(ledger_id)
 
     # ------------------------------------------------------------------ lifecycle
 

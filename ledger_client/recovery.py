@@ -146,10 +146,23 @@ class LedgerRecovery:
 
     def _close(self, local: LedgerMetadata, last_entry_id: int, length: int) -> LedgerMetadata:
         """Publish the recovery's fragments and its end in one CAS on the version recovery began
-        with (the TLA+ model's rule): any other change meanwhile means another party decided."""
-        final = transitions.close(local, last_entry_id, length)
-        self._client.replace_metadata(final, self._version)
-        return final
+        with (the TLA+ model's rule): any other change meanwhile means another party decided —
+        except re-replication swapping bookies in earlier fragments, which is rebased over."""
+        began, version = self._md, self._version
+        for _ in range(self._client.config.metadata_retries_max + 1):
+            final = transitions.close(local, last_entry_id, length)
+            try:
+                self._client.replace_metadata(final, version)
+                return final
+            except errors.MetadataVersionError:
+                latest, version = self._client.ledger_metadata_versioned(self._lid)
+                rebased = transitions.rebase_recovery(began, latest, local)
+                if rebased is None:
+                    raise
+                log.info("ledger %d: earlier fragments were re-replicated during recovery; closing on the "
+                         "new version", self._lid)
+                began, local = latest, rebased
+        raise errors.MetadataVersionError(f"ledger {self._lid}: recovery close kept losing races")
 
     def _recovery_read(self, md: LedgerMetadata, entry_id: int) -> tuple[ReadOutcome, bytes | None]:
         bookies = md.ensemble_at(entry_id)

@@ -100,3 +100,28 @@ def replace_bookie(
     ensembles = dict(md.ensembles)
     ensembles[first_entry_id] = [new_bookie if b == old_bookie else b for b in ensemble]
     return dataclasses.replace(md, ensembles=ensembles)
+
+
+def rebase_recovery(began: LedgerMetadata, latest: LedgerMetadata, local: LedgerMetadata) -> LedgerMetadata | None:
+    """A recovery's fragments (``local``, built on ``began``) re-applied on ``latest``, or None.
+
+    A recovery closes by CAS on the version it began with, because any change to the part of the
+    ledger it decided about means someone else decided. Re-replication, though, swaps bookies in
+    *earlier* fragments of an unclosed ledger without deciding anything about its end; failing a
+    recovery for that would make recovery opens fail whenever autorecovery is busy. So: if
+    ``latest`` is still IN_RECOVERY, has exactly ``began``'s fragment keys, the same last fragment,
+    and differs from ``began`` only in the bookies of earlier fragments, the recovery's last and
+    new fragments are put on top of ``latest``. Anything else returns None (the caller gives up).
+    """
+    if latest.state is not LedgerState.IN_RECOVERY or list(latest.ensembles) != list(began.ensembles):
+        return None
+    last = max(began.ensembles)
+    if latest.ensembles[last] != began.ensembles[last]:
+        return None
+    if dataclasses.replace(latest, ensembles=began.ensembles) != began:
+        return None  # something other than earlier fragments' bookies changed
+    merged = latest
+    for key, bookies in local.ensembles.items():
+        if key >= last:
+            merged = set_fragment(merged, key, bookies)
+    return merged

@@ -13,6 +13,7 @@ from ledger_client import LedgerState, errors
 from ledger_client.protocol import bookkeeper_pb2 as pb
 from ledger_client.protocol.framing import Digester, DigestType, master_key
 from ledger_client.transport import BookieClient
+from metadata import transitions
 
 pytestmark = pytest.mark.integration
 
@@ -180,3 +181,42 @@ def test_recovery_never_creates_a_fragment_key_below_an_existing_one(cluster_fac
             assert keys == sorted(set(keys)) and keys[:2] == [0, key] and all(k >= key for k in keys[1:])
             assert r.last_add_confirmed >= 10
             assert [e.data for e in r.read(0, 10)] == [data(w.ledger_id, i) for i in range(11)]
+
+
+def test_recovery_close_rebases_over_rereplication_of_an_earlier_fragment(cluster_factory):
+    """A replication worker swapping a bookie in an earlier fragment while a recovery open runs
+    must not make the open fail (it changed nothing recovery decided about); the close keeps the
+    worker's swap and the recovery's end."""
+    sb = cluster_factory(5)
+    with client(sb) as c:
+        w = c.create_ledger(3, 2, 2)
+        for i in range(10):
+            w.append(data(w.ledger_id, i))
+        first = c.ledger_metadata(w.ledger_id).ensembles[0]
+        dead = first[0]
+        bookie_of(sb, dead).kill()
+        for i in range(10, 20):
+            w.append(data(w.ledger_id, i))
+        md = c.ledger_metadata(w.ledger_id)
+        assert len(md.ensembles) == 2
+        spare = next(b.bookie_id for b in sb.bookies
+                     if b.bookie_id not in first and b.bookie_id not in md.ensembles[max(md.ensembles)])
+        with client(sb) as rc:
+            original = rc.replace_metadata
+            raced: list[bool] = []
+
+            def worker_wins_first(final, version):
+                if not raced:  # the worker's CAS lands between recovery's begin and its close
+                    raced.append(True)
+                    rc.update_metadata(w.ledger_id, lambda m: transitions.replace_bookie(m, 0, dead, spare))
+                return original(final, version)
+
+            rc.replace_metadata = worker_wins_first  # type: ignore[method-assign]
+            r = rc.open_ledger(w.ledger_id, b"")
+            assert raced and r.is_closed and r.last_add_confirmed == 19
+            closed = rc.ledger_metadata(w.ledger_id)
+            assert closed.ensembles[0] == [spare if b == dead else b for b in first]
+            assert closed.ensembles[max(closed.ensembles)] == md.ensembles[max(md.ensembles)]
+            assert [e.data for e in r.read(0, 19)] == [data(w.ledger_id, i) for i in range(20)]
+        with pytest.raises(errors.LedgerFencedError):
+            w.append(b"after recovery")
