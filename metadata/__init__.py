@@ -28,12 +28,14 @@ from metadata.memory import InMemoryMetadataStore, InMemoryZooKeeper
 from metadata.model import DigestType, LedgerMetadata, LedgerState, decode, encode, master_key
 from metadata.store import MetadataStore, SessionEvent, SessionListener
 from metadata.transitions import begin_recovery, close, replace_bookie, set_fragment, unchanged
+from metadata.underreplication import ElectionCallback, UnderReplicationStore
 from metadata.update import update_ledger
 
 __all__ = [
     "BadVersionError",
     "ConnectInfo",
     "DigestType",
+    "ElectionCallback",
     "InMemoryMetadataStore",
     "InMemoryZooKeeper",
     "InvalidConnectStringError",
@@ -52,6 +54,7 @@ __all__ = [
     "SessionExpiredError",
     "SessionListener",
     "StoreClosedError",
+    "UnderReplicationStore",
     "ZkLayout",
     "begin_recovery",
     "close",

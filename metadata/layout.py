@@ -24,7 +24,20 @@ LAYOUT = "LAYOUT"
 UNDERREPLICATION = "underreplication"
 IDGEN = "idgen"
 IDGEN_LONG = "idgen-long"
+APPS = "apps"  # data of programs that run the cluster (not BookKeeper's; see ZkLayout.app)
 LEDGER_NODE_PREFIX = "L"
+
+# Below ``underreplication`` (BookKeeper's ZkLedgerUnderreplicationManager and AuditorElector).
+UR_LEDGERS = "ledgers"
+UR_LOCKS = "locks"
+UR_DISABLE = "disable"
+UR_LOST_BOOKIE_RECOVERY_DELAY = "lostBookieRecoveryDelay"
+UR_AUDITOR_ELECTION = "auditorelection"
+UR_LEDGER_PREFIX = "urL"
+UR_VOTE_PREFIX = "V_"
+_UR_BUCKET_RE = re.compile(r"[0-9a-f]{4}")
+_UR_LEAF_RE = re.compile(UR_LEDGER_PREFIX + r"(\d{10,19})")
+_UR_VOTE_RE = re.compile(re.escape(UR_VOTE_PREFIX) + r"(-?\d{10})")
 
 #: BookKeeper's ledger-layout znode text (LedgerLayout format version 2, then factory:version).
 #: We store every ledger id with LongHierarchicalLedgerManager's paths, so we declare that factory.
@@ -168,9 +181,46 @@ class ZkLayout:
         return f"{self.root}/{UNDERREPLICATION}"
 
     @property
+    def ur_ledgers(self) -> str:
+        """Parent of the under-replicated ledgers' hierarchy."""
+        return f"{self.underreplication}/{UR_LEDGERS}"
+
+    @property
+    def ur_locks(self) -> str:
+        """Parent of the replication workers' ephemeral per-ledger locks."""
+        return f"{self.underreplication}/{UR_LOCKS}"
+
+    @property
+    def ur_disable(self) -> str:
+        """Present while re-replication is disabled cluster-wide."""
+        return f"{self.underreplication}/{UR_DISABLE}"
+
+    @property
+    def ur_lost_bookie_recovery_delay(self) -> str:
+        return f"{self.underreplication}/{UR_LOST_BOOKIE_RECOVERY_DELAY}"
+
+    @property
+    def auditor_election(self) -> str:
+        """Parent of the auditor candidates' ephemeral sequential votes."""
+        return f"{self.underreplication}/{UR_AUDITOR_ELECTION}"
+
+    def ur_ledger(self, ledger_id: int) -> str:
+        """``<root>/underreplication/ledgers/0000/0000/0000/0001/urL0000000001`` for ledger 1."""
+        return self.ur_ledgers + "/" + "/".join(ur_ledger_path_components(ledger_id))
+
+    def ur_lock(self, ledger_id: int) -> str:
+        """``<root>/underreplication/locks/urL0000000001`` for ledger 1."""
+        return f"{self.ur_locks}/{ur_ledger_node_name(ledger_id)}"
+
+    @property
     def idgen(self) -> str:
         """Parent of the id generator's sequential nodes (BookKeeper's ``idgen-long``)."""
         return f"{self.root}/{IDGEN_LONG}"
+
+    def app(self, key: str) -> str:
+        """``<root>/apps/<key>``: a node of the small key-value area that programs running the
+        cluster use (e.g. the Spark hosting application's stop request and slot status)."""
+        return f"{self.root}/{APPS}/{check_app_key(key)}"
 
     def bookie(self, bookie_id: str, *, readonly: bool = False) -> str:
         """The ephemeral registration node of a bookie (writable or read-only)."""
@@ -197,3 +247,49 @@ def check_bookie_id(bookie_id: str) -> str:
     if not bookie_id or "/" in bookie_id or bookie_id in (".", "..", READONLY):
         raise ValueError(f"invalid bookie id {bookie_id!r}")
     return bookie_id
+
+
+def check_app_key(key: str) -> str:
+    """Reject application-data keys that are empty or would leave ``<root>/apps``."""
+    parts = key.split("/")
+    if not key or any(p in ("", ".", "..") for p in parts):
+        raise ValueError(f"invalid application data key {key!r} (want names separated by '/')")
+    return key
+
+
+# -- under-replication names ----------------------------------------------------------------------
+def ur_ledger_node_name(ledger_id: int) -> str:
+    """``urL`` + the id zero-padded to (at least) 10 digits, as BookKeeper's ``urL%010d``."""
+    return f"{UR_LEDGER_PREFIX}{check_ledger_id(ledger_id):010d}"
+
+
+def ur_ledger_path_components(ledger_id: int) -> tuple[str, str, str, str, str]:
+    """The five znode names of an under-replicated ledger below ``underreplication/ledgers``.
+
+    BookKeeper's ``ZkLedgerUnderreplicationManager.getUrLedgerZnode``: four buckets of 16 bits of
+    the id each, as 4 lower-case hex digits (high bits first), then ``urL%010d``. This differs from
+    the ledger metadata's decimal 3-4-4-4-4 split, as it does in BookKeeper.
+    """
+    lid = check_ledger_id(ledger_id)
+    buckets = [f"{(lid >> shift) & 0xFFFF:04x}" for shift in (48, 32, 16, 0)]
+    return buckets[0], buckets[1], buckets[2], buckets[3], ur_ledger_node_name(lid)
+
+
+def is_ur_bucket_name(name: str) -> bool:
+    """Whether ``name`` is one of the 4-hex-digit buckets of the under-replicated hierarchy."""
+    return bool(_UR_BUCKET_RE.fullmatch(name))
+
+
+def ur_ledger_id(name: str) -> int | None:
+    """The ledger id of an ``urL<digits>`` node (leaf or lock), None for any other name."""
+    match = _UR_LEAF_RE.fullmatch(name)
+    if match is None:
+        return None
+    value = int(match[1])
+    return value if value <= MAX_LEDGER_ID else None
+
+
+def vote_sequence(name: str) -> int | None:
+    """The sequence number ZooKeeper appended to an auditor vote ``V_<10 digits>``; None otherwise."""
+    match = _UR_VOTE_RE.fullmatch(name)
+    return None if match is None else int(match[1])

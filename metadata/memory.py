@@ -28,6 +28,7 @@ from metadata.errors import (
     StoreClosedError,
 )
 from metadata.layout import LAYOUT_TEXT, ZkLayout, is_bucket_name, is_ledger_node_name
+from metadata.memory_underreplication import InMemoryUnderReplication
 from metadata.store import MetadataStore, SessionEvent, SessionListener, SessionWorker, parse_bookie_info
 from metadata.watches import BookiesWatchCallback, BookiesWatchState, LedgerWatchCallback, LedgerWatchState
 
@@ -225,7 +226,7 @@ class InMemoryZooKeeper:
                 self._cond.wait(remaining)
 
 
-class InMemoryMetadataStore(MetadataStore):
+class InMemoryMetadataStore(MetadataStore, InMemoryUnderReplication):
     """:class:`MetadataStore` on an :class:`InMemoryZooKeeper`; one fake session per store.
 
     Test hooks: :meth:`expire_session` (server-side expiry, like ZooKeeper's), :meth:`crash` (the
@@ -245,6 +246,7 @@ class InMemoryMetadataStore(MetadataStore):
         self._bookie_watches: list[BookiesWatchState] = []
         self.zk.add_watcher(self._on_change)
         self.session_id = self.zk._open_session(self)
+        self._ur_init_memory()
 
     def __repr__(self) -> str:
         return f"InMemoryMetadataStore(session={self.session_id}, root={self.paths.root})"
@@ -264,6 +266,7 @@ class InMemoryMetadataStore(MetadataStore):
         with self._lock:
             self._closed = True
             self._registrations.clear()
+        self._ur_shutdown_memory(tell=False)
         self._stop_watches()
         self._worker.close()
         self.zk.expire_later(self.session_id)
@@ -311,6 +314,8 @@ class InMemoryMetadataStore(MetadataStore):
         self._check("init cluster")
         p = self.paths
         for path in (p.root, p.available, p.available_readonly, p.cookies, p.underreplication, p.idgen):
+            self._create_if_absent(path, b"")
+        for path in (p.ur_ledgers, p.ur_locks, p.auditor_election):
             self._create_if_absent(path, b"")
         layout = self._create_if_absent(p.layout, LAYOUT_TEXT.encode())
         if layout.decode(errors="replace") != LAYOUT_TEXT:
@@ -543,6 +548,42 @@ class InMemoryMetadataStore(MetadataStore):
                 return parse_bookie_info(got[0])
         return {}
 
+    # -- application data -------------------------------------------------------------------
+    def put_app_data(self, key: str, data: bytes) -> None:
+        path = self.paths.app(key)
+        self._check(f"write {path}")
+        try:
+            self.zk.set(path, data)
+        except NoNodeError:
+            try:
+                self.zk.create(path, data, makepath=True)
+            except NodeExistsError:
+                self.zk.set(path, data)
+
+    def get_app_data(self, key: str) -> bytes | None:
+        path = self.paths.app(key)
+        self._check(f"read {path}")
+        got = self.zk.get(path)
+        return None if got is None else got[0]
+
+    def list_app_data(self, key: str) -> list[str]:
+        path = self.paths.app(key)
+        self._check(f"list {path}")
+        return self.zk.children(path) or []
+
+    def delete_app_data(self, key: str) -> None:
+        path = self.paths.app(key)
+        self._check(f"delete {path}")
+        self._delete_tree(path)
+
+    def _delete_tree(self, path: str) -> None:
+        for child in self.zk.children(path) or []:
+            self._delete_tree(f"{path}/{child}")
+        try:
+            self.zk.delete(path)
+        except NoNodeError:
+            pass
+
     def close(self) -> None:
         """End the session: its ephemeral nodes go at once, as with a clean ZooKeeper close."""
         with self._lock:
@@ -550,6 +591,7 @@ class InMemoryMetadataStore(MetadataStore):
                 return
             self._closed = True
             self._registrations.clear()
+        self._ur_shutdown_memory(tell=True)
         self._stop_watches()
         self._worker.close()
         self.zk.expire_session(self.session_id)

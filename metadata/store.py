@@ -18,6 +18,7 @@ from types import TracebackType
 
 from metadata.errors import NoNodeError
 from metadata.model import LedgerMetadata, decode, encode
+from metadata.underreplication import UnderReplicationStore
 from metadata.watches import BookiesWatchCallback, LedgerWatchCallback
 
 log = logging.getLogger(__name__)
@@ -34,9 +35,12 @@ class SessionEvent(enum.StrEnum):
 SessionListener = Callable[[str], None]
 
 
-class MetadataStore(abc.ABC):
+class MetadataStore(UnderReplicationStore):
     """Cluster metadata operations. Every call has a deadline: ZooKeeper down means
     :class:`~metadata.errors.MetadataUnavailableError`, never a hang.
+
+    Every store is also an :class:`~metadata.underreplication.UnderReplicationStore` (the
+    re-replication queue and the auditor election), on the same session.
 
     Versions are ZooKeeper znode versions (0 on create, +1 per write) and every change takes the
     version it was based on, which is how invariant 5 (every change is a CAS) is enforced.
@@ -168,6 +172,27 @@ class MetadataStore(abc.ABC):
     def bookie_info(self, bookie_id: str) -> dict[str, str]:
         """The JSON registration data of a registered bookie (writable or read-only), e.g.
         ``{"id", "address", "network_location"}``; ``{}`` if not registered or not a JSON object."""
+
+    # -- application data -------------------------------------------------------------------
+    # A small persistent key-value area under ``<root>/apps`` for the programs that run the cluster
+    # (the Spark hosting application keeps its stop request and per-slot status there), so they
+    # coordinate through the cluster's own ZooKeeper without a client library of their own.
+    # Keys are ``/``-separated names; values are small (ZooKeeper's 1 MB node limit applies).
+    @abc.abstractmethod
+    def put_app_data(self, key: str, data: bytes) -> None:
+        """Create or overwrite ``<root>/apps/<key>`` (parents are created); last writer wins."""
+
+    @abc.abstractmethod
+    def get_app_data(self, key: str) -> bytes | None:
+        """The value at ``key``; None if there is none."""
+
+    @abc.abstractmethod
+    def list_app_data(self, key: str) -> list[str]:
+        """The names of ``key``'s children, sorted; [] if ``key`` does not exist."""
+
+    @abc.abstractmethod
+    def delete_app_data(self, key: str) -> None:
+        """Delete ``key`` and everything below it; no error if it does not exist."""
 
     # -- session ----------------------------------------------------------------------------
     @abc.abstractmethod

@@ -5,7 +5,9 @@ backends (ZooKeeper under ``metadata.zk``, the in-memory twin in ``metadata.memo
 suite runs against both. Layout under ``<root>/underreplication`` (BookKeeper's names):
 
 - ``ledgers/<hierarchical path>/urL<id>``: one node per under-replicated ledger; its data lists
-  the missing replicas (bookie ids). Marking again merges bookie ids into the node by CAS.
+  the missing replicas (bookie ids). Marking again merges bookie ids into the node by CAS. The
+  path is BookKeeper's: four buckets of 16 bits of the id as 4 hex digits, then ``urL%010d``
+  (ledger 1: ``ledgers/0000/0000/0000/0001/urL0000000001``); emptied buckets are pruned.
 - ``locks/urL<id>``: ephemeral, held by the worker replicating that ledger; it vanishes with the
   worker's session, so a dead worker's ledger is picked up by another.
 - ``disable``: present while re-replication is disabled (workers stop acquiring).
@@ -15,7 +17,8 @@ suite runs against both. Layout under ``<root>/underreplication`` (BookKeeper's 
   each vote is the candidate's id.
 
 Everything here is called by ``recovery/`` (auditor, replication worker, shell); nothing here
-knows about bookies' data.
+knows about bookies' data. The record formats (versioned JSON) and the shared implementation are
+in :mod:`metadata.underreplication_base`.
 """
 
 from __future__ import annotations
@@ -48,19 +51,26 @@ class UnderReplicationStore(abc.ABC):
         """Lock one under-replicated ledger not locked by anyone (and not in ``exclude``) and return
         its id; None if none became available within ``timeout_ms`` (or replication is disabled).
 
-        The lock is ephemeral (dies with this store's session) and remembers the node version it
-        saw, for :meth:`mark_replicated`.
+        Blocks up to ``timeout_ms`` (0: one look), woken by watches when a ledger is marked, a lock
+        is released or replication is enabled again; while disabled it waits as on an empty queue.
+        The lock is ephemeral (dies with this store's session: the holder then forgets it) and
+        remembers the node version it saw, for :meth:`mark_replicated`. ValueError if
+        ``timeout_ms`` is negative.
         """
 
     @abc.abstractmethod
     def release_underreplicated(self, ledger_id: int) -> None:
-        """Drop our lock on the ledger (no-op if we do not hold it); the ledger stays queued."""
+        """Drop our lock on the ledger (no-op if we do not hold it, or it went with a lost
+        session); the ledger stays queued. Idempotent."""
 
     @abc.abstractmethod
     def mark_replicated(self, ledger_id: int) -> bool:
         """Remove the ledger from the queue and release our lock. The removal is a CAS on the
         version seen at acquire: if someone marked more missing replicas meanwhile, the node stays
-        (False is returned) so the ledger is replicated again. True when removed (or already gone)."""
+        (False is returned) so the ledger is replicated again. True when removed (or already gone).
+
+        Without our lock (never acquired, or gone with a lost session) nothing is deleted: False
+        unless the node is gone already. On MetadataUnavailableError the lock is kept: call again."""
 
     @abc.abstractmethod
     def missing_replicas(self, ledger_id: int) -> list[str] | None:
@@ -81,11 +91,14 @@ class UnderReplicationStore(abc.ABC):
 
     @abc.abstractmethod
     def set_lost_bookie_recovery_delay_s(self, seconds: int) -> None:
-        """Store the delay (ValueError if negative)."""
+        """Store the delay (ValueError if negative or not an int)."""
 
     @abc.abstractmethod
     def watch_lost_bookie_recovery_delay(self, callback: Callable[[int], None]) -> Callable[[], None]:
-        """Call ``callback(seconds)`` now and whenever the delay changes; returns a cancel function."""
+        """Call ``callback(seconds)`` now and whenever the delay changes; returns a cancel function.
+
+        Calls come on a store thread (never ZooKeeper's), one at a time, without repeats; the
+        watch survives reconnections and session loss."""
 
     # -- auditor election -----------------------------------------------------------------------
     @abc.abstractmethod
@@ -93,8 +106,10 @@ class UnderReplicationStore(abc.ABC):
         """Stand as auditor candidate: an ephemeral sequential vote; the lowest vote wins.
 
         ``on_change(True)`` when we become the auditor, ``on_change(False)`` when we stop being it
-        (session lost: then we stand again on the new session). Returns a withdraw function
-        (deletes our vote; idempotent)."""
+        (session lost: then we stand again on the new session; withdrawn; store closed). Returns a
+        withdraw function (deletes our vote; idempotent). The first vote is cast before this
+        returns, so ZooKeeper down (MetadataUnavailableError) or an uninitialised cluster
+        (NoNodeError) is the caller's error; later failures are retried in the background."""
 
     @abc.abstractmethod
     def current_auditor(self) -> str | None:

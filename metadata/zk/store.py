@@ -35,6 +35,7 @@ from metadata.errors import (
 from metadata.layout import LAYOUT_TEXT, ZkLayout, is_bucket_name, is_ledger_node_name, parse_connect_string
 from metadata.store import MetadataStore, SessionEvent, SessionListener, SessionWorker, parse_bookie_info
 from metadata.watches import BookiesWatchCallback, BookiesWatchState, LedgerWatchCallback, LedgerWatchState
+from metadata.zk.underreplication import ZkUnderReplication
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +51,7 @@ _HOB_PREFIX = "HOB-"
 _HOB_RE = re.compile(_HOB_PREFIX + r"\d{10}")
 
 
-class ZkMetadataStore(MetadataStore):
+class ZkMetadataStore(MetadataStore, ZkUnderReplication):
     """:class:`MetadataStore` on a ZooKeeper ensemble; one kazoo session per store.
 
     ``op_timeout_ms`` (default: the session timeout) bounds every call, waiting for a connection
@@ -86,10 +87,12 @@ class ZkMetadataStore(MetadataStore):
             connection_retry=KazooRetry(max_tries=-1, delay=0.1, backoff=2, max_delay=2.0),
         )
         self._client.add_listener(self._on_state)
+        self._ur_init_zk(f"zk-metadata-underreplication[{info.hosts_string}]")
         try:
             self._client.start(timeout=connect_timeout_ms / 1000)
         except KazooTimeoutError as e:
             self._closed = True
+            self._ur_shutdown(tell=False)
             self._worker.close()
             self._watch_worker.close()
             raise MetadataUnavailableError(
@@ -220,6 +223,8 @@ class ZkMetadataStore(MetadataStore):
         deadline = self._deadline()
         p = self.paths
         for path in (p.root, p.available, p.available_readonly, p.cookies, p.underreplication, p.idgen):
+            self._create_if_absent(path, b"", deadline)
+        for path in (p.ur_ledgers, p.ur_locks, p.auditor_election):
             self._create_if_absent(path, b"", deadline)
         layout = self._create_if_absent(p.layout, LAYOUT_TEXT.encode(), deadline)
         if layout.decode(errors="replace") != LAYOUT_TEXT:
@@ -517,6 +522,60 @@ class ZkMetadataStore(MetadataStore):
                 return parse_bookie_info(got[0])
         return {}
 
+    # -- application data -------------------------------------------------------------------
+    def put_app_data(self, key: str, data: bytes) -> None:
+        path = self.paths.app(key)
+        deadline = self._deadline()
+        # Unconditional set/create are safe to repeat after a lost answer: the outcome is the same.
+        for _ in range(3):
+            try:
+                self._call(f"write {path}", partial(self._client.set_async, path, data), deadline, idempotent=True)
+                return
+            except kz.NoNodeError:
+                pass
+            try:
+                self._call(
+                    f"create {path}",
+                    partial(self._client.create_async, path, data, makepath=True),
+                    deadline,
+                    idempotent=True,
+                )
+                return
+            except kz.NodeExistsError:
+                continue  # created meanwhile (or our own retried create): overwrite it
+        raise MetadataError(f"{path} keeps being created and deleted concurrently")
+
+    def get_app_data(self, key: str) -> bytes | None:
+        got = self._read(self.paths.app(key))
+        return None if got is None else got[0]
+
+    def list_app_data(self, key: str) -> list[str]:
+        path = self.paths.app(key)
+        try:
+            names = self._call(f"list {path}", lambda: self._client.get_children_async(path), idempotent=True)
+        except kz.NoNodeError:
+            return []
+        return sorted(names)
+
+    def delete_app_data(self, key: str) -> None:
+        self._delete_tree(self.paths.app(key), self._deadline())
+
+    def _delete_tree(self, path: str, deadline: float) -> None:
+        try:
+            children = self._call(
+                f"list {path}", lambda: self._client.get_children_async(path), deadline, idempotent=True
+            )
+        except kz.NoNodeError:
+            return
+        for child in children:
+            self._delete_tree(f"{path}/{child}", deadline)
+        try:
+            self._call(f"delete {path}", lambda: self._client.delete_async(path), deadline, idempotent=True)
+        except kz.NoNodeError:
+            pass
+        except kz.NotEmptyError as e:
+            raise MetadataError(f"{path} gained children while being deleted") from e
+
     # -- shared helpers ---------------------------------------------------------------------
     def _read(self, path: str) -> tuple[bytes, int] | None:
         try:
@@ -543,6 +602,7 @@ class ZkMetadataStore(MetadataStore):
                 return
             self._closed = True
             self._registrations.clear()
+        self._ur_shutdown(tell=True)
         self._connected.set()  # wake waiters so they see the store is closed
         with self._lock:
             watches = list(self._watches)

@@ -286,6 +286,28 @@ def test_registration_comes_back_after_session_expiry(backend: Backend, store: M
     wait_until(lambda: observer.list_bookies() == [], 10, "registration to go with the closed store")
 
 
+# -- application data ---------------------------------------------------------------------------
+def test_app_data_put_get_list_delete(backend: Backend, store: MetadataStore) -> None:
+    assert store.get_app_data("spark/stop") is None
+    assert store.list_app_data("spark") == []
+    store.put_app_data("spark/slots/0", b"a")
+    store.put_app_data("spark/slots/1", b"b")
+    store.put_app_data("spark/slots/0", b"a2")  # overwrite, last writer wins
+    other = backend.make()  # another session sees it: persistent, not ephemeral
+    assert other.get_app_data("spark/slots/0") == b"a2"
+    assert other.list_app_data("spark/slots") == ["0", "1"]
+    assert store.ledger_ids() == set()  # never mistaken for ledgers
+    store.delete_app_data("spark")  # the whole subtree
+    assert other.get_app_data("spark/slots/1") is None and other.list_app_data("spark") == []
+    store.delete_app_data("spark")  # absent: no error
+
+
+@pytest.mark.parametrize("key", ["", "/a", "a/", "a//b", "../x", "a/./b"])
+def test_app_data_rejects_bad_keys(store: MetadataStore, key: str) -> None:
+    with pytest.raises(ValueError):
+        store.put_app_data(key, b"")
+
+
 # -- cookies ------------------------------------------------------------------------------------
 def test_cookie_cas(store: MetadataStore) -> None:
     assert store.read_cookie("b:1") is None

@@ -1,0 +1,102 @@
+"""The in-memory twin's primitives for the under-replication queue and the auditor election.
+
+The protocol itself is :class:`~metadata.underreplication_base.UnderReplicationBase`; this mixin of
+:class:`~metadata.memory.InMemoryMetadataStore` maps its primitives onto the fake ensemble's tree:
+ephemeral owners are the store's session, sequential names come from the parent's counter, and
+one-shot watches are fired by the tree's change hook (which runs with the tree's lock held, so a
+read and the arming of its watch are atomic, as in ZooKeeper).
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import TYPE_CHECKING
+
+from metadata.store import SessionWorker
+from metadata.underreplication_base import NodeState, UnderReplicationBase, Wake
+
+if TYPE_CHECKING:
+    from metadata.memory import InMemoryZooKeeper
+
+
+class InMemoryUnderReplication(UnderReplicationBase):
+    """Mixin: needs ``zk``, ``session_id``, ``paths`` and ``_check`` of the in-memory store."""
+
+    zk: InMemoryZooKeeper
+    session_id: int
+
+    if TYPE_CHECKING:
+
+        def _check(self, what: str) -> None: ...
+
+    def _ur_init_memory(self) -> None:
+        self._ur_watch_lock = threading.Lock()
+        self._ur_oneshots: dict[str, list[Wake]] = {}
+        self._ur_prefix = self.paths.underreplication + "/"
+        self._ur_init(SessionWorker("memory-metadata-underreplication"))
+        self.zk.add_watcher(self._ur_tree_changed)
+
+    def _ur_shutdown_memory(self, *, tell: bool) -> None:
+        self.zk.remove_watcher(self._ur_tree_changed)
+        with self._ur_watch_lock:
+            self._ur_oneshots.clear()
+        self._ur_shutdown(tell=tell)
+
+    def _ur_tree_changed(self, path: str) -> None:
+        """Tree hook (tree lock held): fire one-shot watches of ``path``; any change below
+        ``underreplication`` may free a ledger for a waiting acquire."""
+        if not path.startswith(self._ur_prefix):
+            return
+        with self._ur_watch_lock:
+            wakes = self._ur_oneshots.pop(path, [])
+        for wake in wakes:
+            wake(None)
+        self._ur_poke()
+
+    # -- primitives --------------------------------------------------------------------------
+    def _ur_get_many(self, paths: list[str]) -> list[NodeState | None]:
+        self._check("read under-replication")
+        return [self.zk.get(path) for path in paths]
+
+    def _ur_children_many(self, paths: list[str], *, watch: bool) -> list[list[str] | None]:
+        self._check("list under-replication")  # watch: the tree hook pokes on every change
+        return [self.zk.children(path) for path in paths]
+
+    def _ur_create(self, path: str, data: bytes, *, ephemeral: bool = False, sequential: bool = False) -> str:
+        with self.zk.lock:
+            self._check(f"create {path}")
+            if sequential:
+                path = f"{path}{self.zk.next_sequence(path.rsplit('/', 1)[0]):010d}"
+            self.zk.create(path, data, owner=self.session_id if ephemeral else None)
+            return path
+
+    def _ur_set(self, path: str, data: bytes, version: int) -> int:
+        self._check(f"update {path}")
+        return self.zk.set(path, data, version)
+
+    def _ur_delete(self, path: str, version: int = -1, *, retry: bool = True) -> None:
+        self._check(f"delete {path}")
+        self.zk.delete(path, version)
+
+    def _ur_delete_if_empty(self, path: str) -> bool:
+        with self.zk.lock:
+            self._check(f"delete {path}")
+            children = self.zk.children(path)
+            if children:
+                return False
+            if children is not None:
+                self.zk.delete(path)
+            return True
+
+    def _ur_watch(self, path: str, wake: Wake) -> NodeState | None:
+        with self.zk.lock:
+            self._check(f"watch {path}")
+            got = self.zk.get(path)
+            with self._ur_watch_lock:
+                wakes = self._ur_oneshots.setdefault(path, [])
+                if wake not in wakes:  # one registration per path and callback, as ZooKeeper
+                    wakes.append(wake)
+            return got
+
+    def _ur_session(self) -> int | None:
+        return self.session_id

@@ -1,0 +1,443 @@
+"""One contract for the under-replication queue and the auditor election, against both backends.
+
+The same tests run on a real ZooKeeper and on the in-memory twin, so the replication worker and the
+auditor (recovery/) can be tested fast on the twin without it drifting from ZooKeeper. Each test
+gets a fresh root, so tests never see each other's nodes.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from metadata import (
+    InMemoryMetadataStore,
+    InMemoryZooKeeper,
+    MetadataStore,
+    MetadataUnavailableError,
+    NoNodeError,
+    SessionEvent,
+    connect,
+)
+from metadata.layout import ZkLayout, ur_ledger_id
+
+SESSION_TIMEOUT_MS = 2000  # the smallest the embedded ZooKeeper allows (2 ticks)
+FAILOVER_S = 10.0  # an expired or withdrawn auditor is replaced well within this
+
+
+@dataclass
+class Backend:
+    kind: str
+    make: Callable[[], MetadataStore]  # a new store (= a new session) on the test's root
+    expire: Callable[[MetadataStore], None]  # expire a store's session on the server side
+
+
+@pytest.fixture(
+    params=[pytest.param("memory", marks=pytest.mark.unit), pytest.param("zk", marks=pytest.mark.integration)]
+)
+def backend(request: pytest.FixtureRequest) -> Iterator[Backend]:
+    stores: list[MetadataStore] = []
+    if request.param == "memory":
+        zk = InMemoryZooKeeper(session_timeout_ms=SESSION_TIMEOUT_MS)
+        root = f"/t-{uuid.uuid4().hex[:8]}/ledgers"
+
+        def make() -> MetadataStore:
+            stores.append(InMemoryMetadataStore(zk, root=root))
+            return stores[-1]
+
+        def expire(store: MetadataStore) -> None:
+            assert isinstance(store, InMemoryMetadataStore)
+            store.expire_session()
+
+        yield Backend("memory", make, expire)
+    else:
+        connect_string = f"{request.getfixturevalue('zk_server')}/t-{uuid.uuid4().hex[:8]}/ledgers"
+
+        def make() -> MetadataStore:
+            stores.append(connect(connect_string, session_timeout_ms=SESSION_TIMEOUT_MS, op_timeout_ms=5000))
+            return stores[-1]
+
+        def expire(store: MetadataStore) -> None:
+            from metadata.zk.testing import expire_session  # kazoo stays under metadata/zk/
+
+            expire_session(store, timeout_s=SESSION_TIMEOUT_MS / 1000)
+
+        yield Backend("zk", make, expire)
+    for store in stores:
+        store.close()
+
+
+@pytest.fixture
+def store(backend: Backend) -> MetadataStore:
+    """An initialised cluster and one session on it."""
+    s = backend.make()
+    s.init_cluster()
+    return s
+
+
+class Events:
+    """Records callback calls (and the threads they came on); a test waits for a condition."""
+
+    def __init__(self) -> None:
+        self.calls: list[object] = []
+        self.threads: set[str] = set()
+        self.cond = threading.Condition()
+
+    def __call__(self, value: object) -> None:
+        with self.cond:
+            self.calls.append(value)
+            self.threads.add(threading.current_thread().name)
+            self.cond.notify_all()
+
+    def wait_until(self, predicate: Callable[[list[object]], bool], timeout_s: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        with self.cond:
+            while not predicate(self.calls):
+                remaining = deadline - time.monotonic()
+                assert remaining > 0, f"condition not met; calls so far: {self.calls}"
+                self.cond.wait(remaining)
+
+
+def wait_until(predicate: Callable[[], bool], timeout_s: float = 30.0, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+# -- layout -----------------------------------------------------------------------------------------
+@pytest.mark.unit
+def test_paths_follow_bookkeeper() -> None:
+    """ZkLedgerUnderreplicationManager: 16-bit hex buckets, then urL%010d; locks flat."""
+    p = ZkLayout("/ledgers")
+    assert p.ur_ledger(1) == "/ledgers/underreplication/ledgers/0000/0000/0000/0001/urL0000000001"
+    assert p.ur_ledger(2**63 - 1) == "/ledgers/underreplication/ledgers/7fff/ffff/ffff/ffff/urL9223372036854775807"
+    assert p.ur_lock(70000) == "/ledgers/underreplication/locks/urL0000070000"
+    assert p.auditor_election == "/ledgers/underreplication/auditorelection"
+    assert p.ur_disable == "/ledgers/underreplication/disable"
+    assert p.ur_lost_bookie_recovery_delay == "/ledgers/underreplication/lostBookieRecoveryDelay"
+    assert ur_ledger_id("urL0000070000") == 70000 and ur_ledger_id("L0001") is None
+    with pytest.raises(ValueError):
+        p.ur_ledger(-1)
+
+
+# -- the queue ----------------------------------------------------------------------------------------
+def test_mark_merges_and_lists(backend: Backend, store: MetadataStore) -> None:
+    assert store.list_underreplicated() == {}
+    store.mark_underreplicated(1, ["b:2"])
+    store.mark_underreplicated(1, ["b:1", "b:2"])  # merged, no duplicate
+    store.mark_underreplicated(1, ["b:1"])  # idempotent
+    store.mark_underreplicated(2**40 + 3, ["b:3"])
+    assert store.list_underreplicated() == {1: ["b:1", "b:2"], 2**40 + 3: ["b:3"]}
+    assert store.missing_replicas(1) == ["b:1", "b:2"] and store.missing_replicas(7) is None
+    others = [backend.make() for _ in range(4)]
+    with ThreadPoolExecutor(4) as pool:  # concurrent marks from several sessions all land (CAS)
+        list(pool.map(lambda i: others[i % 4].mark_underreplicated(9, [f"x:{i}"]), range(16)))
+    assert store.missing_replicas(9) == sorted(f"x:{i}" for i in range(16))
+    with pytest.raises(ValueError):
+        store.mark_underreplicated(-1, ["b:1"])
+    with pytest.raises(ValueError):
+        store.mark_underreplicated(5, ["bad/id"])
+
+
+def test_queue_needs_an_initialised_cluster(backend: Backend) -> None:
+    fresh = backend.make()
+    with pytest.raises(NoNodeError, match="init"):
+        fresh.mark_underreplicated(1, ["b:1"])
+    with pytest.raises(NoNodeError, match="init"):
+        fresh.elect_auditor("a", lambda _: None)
+    assert fresh.current_auditor() is None and fresh.list_underreplicated() == {}
+
+
+def test_workers_never_acquire_the_same_ledger(backend: Backend, store: MetadataStore) -> None:
+    ids = set(range(1, 31)) | {2**33 + 5}
+    for lid in ids:
+        store.mark_underreplicated(lid, ["b:1"])
+    workers = [backend.make() for _ in range(3)]
+
+    def drain(s: MetadataStore) -> list[int]:
+        got = []
+        while (lid := s.acquire_underreplicated(0)) is not None:
+            got.append(lid)
+        return got
+
+    with ThreadPoolExecutor(3) as pool:
+        runs = list(pool.map(drain, workers))
+    taken = [lid for run in runs for lid in run]
+    assert sorted(taken) == sorted(ids)  # each exactly once
+    assert store.acquire_underreplicated(200) is None  # all locked by the workers
+    assert store.list_underreplicated().keys() == ids  # locking does not dequeue
+
+
+def test_acquire_honours_exclude_and_own_locks(store: MetadataStore) -> None:
+    store.mark_underreplicated(1, ["b:1"])
+    store.mark_underreplicated(2, ["b:1"])
+    assert store.acquire_underreplicated(100, exclude=[1]) == 2
+    assert store.acquire_underreplicated(100, exclude=[1]) is None  # 2 is ours already
+    assert store.acquire_underreplicated(100) == 1
+    store.release_underreplicated(1)
+    store.release_underreplicated(1)  # idempotent
+    store.release_underreplicated(99)  # never held: no-op
+    assert store.acquire_underreplicated(100, exclude=[2]) == 1
+
+
+def test_acquire_wakes_when_a_ledger_is_marked(backend: Backend, store: MetadataStore) -> None:
+    marker = backend.make()
+    threading.Timer(0.5, marker.mark_underreplicated, (42, ["b:1"])).start()
+    started = time.monotonic()
+    assert store.acquire_underreplicated(20_000) == 42
+    assert time.monotonic() - started < 3  # woken by a watch, not the belt-and-braces re-scan
+
+
+def test_acquire_wakes_when_a_lock_is_released(backend: Backend, store: MetadataStore) -> None:
+    holder = backend.make()
+    store.mark_underreplicated(7, ["b:1"])
+    assert holder.acquire_underreplicated(1000) == 7
+    threading.Timer(0.5, holder.release_underreplicated, (7,)).start()
+    started = time.monotonic()
+    assert store.acquire_underreplicated(20_000) == 7
+    assert time.monotonic() - started < 3
+
+
+def test_lock_is_freed_when_its_session_expires(backend: Backend, store: MetadataStore) -> None:
+    worker, other = backend.make(), backend.make()
+    store.mark_underreplicated(5, ["b:1"])
+    assert worker.acquire_underreplicated(1000) == 5
+    assert other.acquire_underreplicated(200) is None
+    events = Events()
+    worker.add_session_listener(events)
+    backend.expire(worker)
+    started = time.monotonic()
+    assert other.acquire_underreplicated(20_000) == 5
+    assert time.monotonic() - started < 5
+    events.wait_until(lambda calls: SessionEvent.LOST in calls)
+    assert worker.mark_replicated(5) is False  # the lock died with the session: forget it
+    assert store.list_underreplicated() == {5: ["b:1"]}
+    worker.release_underreplicated(5)  # no-op: must not touch other's lock
+    assert store.acquire_underreplicated(200) is None
+    assert other.mark_replicated(5) is True
+    assert store.list_underreplicated() == {}
+
+
+def test_mark_replicated_is_a_cas_on_the_acquired_version(backend: Backend, store: MetadataStore) -> None:
+    auditor = backend.make()
+    store.mark_underreplicated(3, ["b:1"])
+    assert store.acquire_underreplicated(1000) == 3
+    auditor.mark_underreplicated(3, ["b:2"])  # another bookie died while we replicated
+    assert store.mark_replicated(3) is False
+    assert auditor.list_underreplicated() == {3: ["b:1", "b:2"]}  # stays queued
+    assert auditor.acquire_underreplicated(1000) == 3  # and our lock was released
+    assert auditor.mark_replicated(3) is True
+    assert store.list_underreplicated() == {} and store.missing_replicas(3) is None
+    assert store.mark_replicated(3) is True  # already gone
+    store.mark_underreplicated(3, ["b:3"])  # the pruned buckets come back
+    assert store.mark_replicated(3) is False  # not acquired: nothing deleted
+    assert store.list_underreplicated() == {3: ["b:3"]}
+
+
+def test_disable_stops_acquire_and_enable_wakes_it(backend: Backend, store: MetadataStore) -> None:
+    switch = backend.make()
+    store.mark_underreplicated(11, ["b:1"])
+    assert store.is_replication_enabled()
+    switch.set_replication_enabled(False)
+    switch.set_replication_enabled(False)  # idempotent
+    assert not store.is_replication_enabled()
+    started = time.monotonic()
+    assert store.acquire_underreplicated(300) is None
+    assert time.monotonic() - started >= 0.25
+    threading.Timer(0.5, switch.set_replication_enabled, (True,)).start()
+    started = time.monotonic()
+    assert store.acquire_underreplicated(20_000) == 11
+    assert time.monotonic() - started < 3
+    switch.set_replication_enabled(True)  # idempotent
+    assert store.is_replication_enabled()
+
+
+def test_lost_bookie_recovery_delay(backend: Backend, store: MetadataStore) -> None:
+    writer = backend.make()
+    assert store.lost_bookie_recovery_delay_s() == 0
+    events = Events()
+    cancel = store.watch_lost_bookie_recovery_delay(events)
+    events.wait_until(lambda calls: calls == [0])
+    writer.set_lost_bookie_recovery_delay_s(30)
+    events.wait_until(lambda calls: calls == [0, 30])
+    assert store.lost_bookie_recovery_delay_s() == 30
+    writer.set_lost_bookie_recovery_delay_s(30)  # no change: no call
+    writer.set_lost_bookie_recovery_delay_s(0)
+    events.wait_until(lambda calls: calls == [0, 30, 0])
+    for bad in (-1, True, "5", 1.5):
+        with pytest.raises(ValueError):
+            writer.set_lost_bookie_recovery_delay_s(bad)  # type: ignore[arg-type]
+    cancel()
+    writer.set_lost_bookie_recovery_delay_s(7)
+    time.sleep(0.3)
+    assert events.calls == [0, 30, 0] and store.lost_bookie_recovery_delay_s() == 7
+    assert all("underreplication" in name for name in events.threads), events.threads
+
+
+def test_delay_watch_survives_session_expiry(backend: Backend, store: MetadataStore) -> None:
+    writer = backend.make()
+    events = Events()
+    store.watch_lost_bookie_recovery_delay(events)
+    events.wait_until(lambda calls: calls == [0])
+    backend.expire(store)
+    writer.set_lost_bookie_recovery_delay_s(12)
+    events.wait_until(lambda calls: calls[-1] == 12)
+
+
+# -- auditor election ---------------------------------------------------------------------------------
+class Candidate:
+    def __init__(self, store: MetadataStore, name: str) -> None:
+        self.store, self.name, self.events = store, name, Events()
+        self.withdraw = store.elect_auditor(name, self.events)
+
+    @property
+    def is_auditor(self) -> bool:
+        with self.events.cond:
+            return bool(self.events.calls) and self.events.calls[-1] is True
+
+
+def _sole_auditor(candidates: list[Candidate]) -> Candidate:
+    """Wait until exactly one candidate was last told True, and return it."""
+    wait_until(lambda: sum(c.is_auditor for c in candidates) == 1, FAILOVER_S, "exactly one auditor")
+    time.sleep(0.2)  # a second auditor would show up now
+    leaders = [c for c in candidates if c.is_auditor]
+    assert len(leaders) == 1, [c.events.calls for c in candidates]
+    return leaders[0]
+
+
+def test_election_has_exactly_one_auditor_and_fails_over(backend: Backend, store: MetadataStore) -> None:
+    assert store.current_auditor() is None
+    candidates = [Candidate(backend.make(), f"auditor-{i}") for i in range(3)]
+    first = _sole_auditor(candidates)
+    assert first.name == "auditor-0"  # the lowest vote: the first to stand
+    assert store.current_auditor() == first.name
+
+    first.withdraw()
+    first.withdraw()  # idempotent
+    first.events.wait_until(lambda calls: calls == [True, False])
+    rest = [c for c in candidates if c is not first]
+    started = time.monotonic()
+    second = _sole_auditor(rest)
+    print(f"failover after withdraw: {time.monotonic() - started:.2f} s")
+    assert store.current_auditor() == second.name
+
+    backend.expire(second.store)  # the auditor's session expires: it is told False, stands again
+    second.events.wait_until(lambda calls: calls[-2:] == [True, False], FAILOVER_S)
+    third = _sole_auditor(rest)
+    assert third is not second and store.current_auditor() == third.name
+    wait_until(lambda: len(_votes(store)) == 2, FAILOVER_S, "the expired candidate to stand again")
+    third.withdraw()
+    assert _sole_auditor(rest) is second  # its new vote on the new session is next
+    assert store.current_auditor() == second.name
+    for c in candidates:
+        assert all("underreplication" in name for name in c.events.threads), c.events.threads
+        assert all(a != b for a, b in zip(c.events.calls, c.events.calls[1:], strict=False)), c.events.calls
+
+
+def test_closing_the_auditor_store_hands_over(backend: Backend, store: MetadataStore) -> None:
+    a, b = Candidate(backend.make(), "a"), Candidate(backend.make(), "b")
+    assert _sole_auditor([a, b]) is a
+    a.store.close()
+    a.events.wait_until(lambda calls: calls == [True, False])
+    assert _sole_auditor([a, b]) is b and store.current_auditor() == "b"
+
+
+def _votes(store: MetadataStore) -> list[str]:
+    """The votes' data via current_auditor's view: who stands, lowest first (test helper)."""
+    from metadata.underreplication_base import UnderReplicationBase
+
+    assert isinstance(store, UnderReplicationBase)
+    return store._ur_votes()
+
+
+# -- ZooKeeper down -------------------------------------------------------------------------------------
+UR_CALLS: list[Callable[[MetadataStore], object]] = [
+    lambda s: s.mark_underreplicated(2, ["b:1"]),  # (a write may still land later: not ledger 1)
+    lambda s: s.list_underreplicated(),
+    lambda s: s.missing_replicas(1),
+    lambda s: s.acquire_underreplicated(100),
+    lambda s: s.mark_replicated(1),
+    lambda s: s.set_replication_enabled(False),
+    lambda s: s.is_replication_enabled(),
+    lambda s: s.lost_bookie_recovery_delay_s(),
+    lambda s: s.set_lost_bookie_recovery_delay_s(3),
+    lambda s: s.watch_lost_bookie_recovery_delay(lambda _: None),
+    lambda s: s.elect_auditor("x", lambda _: None),
+    lambda s: s.current_auditor(),
+]
+
+
+@pytest.mark.unit
+def test_memory_outage_raises_and_recovers() -> None:
+    zk = InMemoryZooKeeper()
+    with InMemoryMetadataStore(zk) as s:
+        s.init_cluster()
+        s.mark_underreplicated(1, ["b:0"])
+        assert s.acquire_underreplicated(0) == 1
+        zk.set_available(False)
+        for call in UR_CALLS:
+            with pytest.raises(MetadataUnavailableError):
+                call(s)
+        zk.set_available(True)
+        assert s.mark_replicated(1) is True
+
+
+@pytest.mark.integration
+def test_zk_down_gives_deadline_errors(tmp_path: Path) -> None:
+    from spark_bookie.zookeeper import EmbeddedZooKeeper, free_port
+
+    zk = EmbeddedZooKeeper(free_port(), tmp_path / "zk", max_session_timeout_ms=60_000)
+    zk.start()
+    try:
+        s = connect(zk.connect_string, session_timeout_ms=30_000, op_timeout_ms=1000)
+        s.init_cluster()
+        s.mark_underreplicated(1, ["b:0"])
+        assert s.acquire_underreplicated(0) == 1
+        auditor = Events()
+        s.elect_auditor("me", auditor)
+        auditor.wait_until(lambda calls: calls == [True])
+        zk.stop()
+        for call in UR_CALLS:
+            started = time.monotonic()
+            with pytest.raises(MetadataUnavailableError):
+                call(s)
+            assert time.monotonic() - started < 5
+        zk.start()  # same data dir: the session (our lock and vote) outlived the outage
+        wait_until(lambda: _answers(s.current_auditor) == "me", 30, "ZooKeeper to come back")
+        assert auditor.calls == [True]
+        assert s.mark_replicated(1) is True  # the lock outlived the outage too
+        # a vote whose creation timed out may have landed after all: it must not linger
+        wait_until(lambda: len(_votes(s)) == 1, 10, "an orphan vote to be removed")
+        s.close()
+    finally:
+        zk.stop()
+
+
+def _answers(call: Callable[[], object]) -> object:
+    try:
+        return call()
+    except MetadataUnavailableError:
+        return None
+
+
+def test_record_format_is_versioned_json(backend: Backend, store: MetadataStore) -> None:
+    """Documented in metadata.underreplication_base: operators and other tools read these."""
+    from metadata.underreplication_base import UnderReplicationBase
+
+    store.mark_underreplicated(8, ["b:2", "b:1"])
+    assert isinstance(store, UnderReplicationBase)
+    got = store._ur_get(store.paths.ur_ledger(8))
+    assert got is not None
+    body = json.loads(got[0])
+    assert body["v"] == 1 and body["missing"] == ["b:1", "b:2"] and body["ctime_ms"] > 0
+    store.set_lost_bookie_recovery_delay_s(45)
+    assert store._ur_get(store.paths.ur_lost_bookie_recovery_delay) == (b"45", 0, None)

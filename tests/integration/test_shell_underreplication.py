@@ -1,0 +1,74 @@
+"""`spark-bookie shell` over the re-replication queue and the auditor election, as a subprocess
+against a real ZooKeeper (no bookie is needed for any of these commands)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from metadata import connect
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def spark_bookie(*args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != "SPARK_BOOKIE_ZK"}
+    return subprocess.run([sys.executable, "-m", "spark_bookie.cli", *args], capture_output=True, text=True,
+                          timeout=120, cwd=REPO, env=env)
+
+
+def ok(proc: subprocess.CompletedProcess[str]) -> list[str]:
+    assert proc.returncode == 0, f"exit {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
+    return proc.stdout.splitlines()
+
+
+def test_queue_switch_and_delay_commands(zk_connect: str) -> None:
+    ok(spark_bookie("init", "--zk", zk_connect))
+    shell = ("shell", "--zk", zk_connect)
+    assert ok(spark_bookie(*shell, "listunderreplicated")) == []
+    with connect(zk_connect) as store:
+        store.mark_underreplicated(2**40, ["10.0.0.2:3181"])
+        store.mark_underreplicated(7, ["10.0.0.1:3181", "10.0.0.2:3181"])
+        assert ok(spark_bookie(*shell, "listunderreplicated")) == ["7", str(2**40)]
+        listed = json.loads(spark_bookie(*shell, "listunderreplicated", "--json").stdout)
+        assert listed == {"7": ["10.0.0.1:3181", "10.0.0.2:3181"], str(2**40): ["10.0.0.2:3181"]}
+
+        assert ok(spark_bookie(*shell, "autorecovery")) == ["enabled"]
+        assert ok(spark_bookie(*shell, "autorecovery", "--disable")) == ["disabled"]
+        assert not store.is_replication_enabled()
+        assert store.acquire_underreplicated(0) is None  # workers stop taking ledgers
+        waiting = threading.Thread(target=lambda: got.append(store.acquire_underreplicated(30_000)))
+        got: list[int | None] = []
+        waiting.start()
+        assert ok(spark_bookie(*shell, "autorecovery", "--enable")) == ["enabled"]
+        waiting.join(30)
+        assert got and got[0] in (7, 2**40)  # the waiting worker woke up when it was enabled
+        assert spark_bookie(*shell, "autorecovery", "--enable", "--disable").returncode == 2
+
+        assert ok(spark_bookie(*shell, "lostbookierecoverydelay")) == ["0"]
+        assert ok(spark_bookie(*shell, "lostbookierecoverydelay", "--set", "45")) == ["45"]
+        assert store.lost_bookie_recovery_delay_s() == 45
+        bad = spark_bookie(*shell, "lostbookierecoverydelay", "--set", "-3")
+        assert bad.returncode == 2 and "negative" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_whoisauditor(zk_connect: str) -> None:
+    shell = ("shell", "--zk", zk_connect)
+    with connect(zk_connect) as first:
+        first.init_cluster()
+        assert ok(spark_bookie(*shell, "whoisauditor")) == ["no auditor"]
+        first.elect_auditor("10.0.0.5:3181", lambda _: None)
+        with connect(zk_connect) as second:
+            second.elect_auditor("10.0.0.6:3181", lambda _: None)
+            assert ok(spark_bookie(*shell, "whoisauditor")) == ["10.0.0.5:3181"]
+            first.close()  # the auditor goes: the next candidate takes over
+            assert ok(spark_bookie(*shell, "whoisauditor")) == ["10.0.0.6:3181"]
+    assert ok(spark_bookie(*shell, "whoisauditor")) == ["no auditor"]
