@@ -57,6 +57,9 @@ class BookieConfig:
     # ---- garbage collection
     gc_interval_ms: int = 60_000
     gc_compaction_ratio_threshold: float = 0.5  # compact entry logs with less than this live fraction
+    # ---- autorecovery (BookKeeper's autoRecoveryDaemonEnabled)
+    autorecovery_enabled: bool = False          # run an auditor candidate + replication worker beside the bookie
+    autorecovery_conf: str = ""                 # its TOML (conf/autorecovery.toml); empty = defaults
     extra: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     @property

@@ -287,6 +287,17 @@ def add_shell_parser(p: argparse.ArgumentParser, zk_default: str) -> None:
     c.add_argument("--entry-size", type=int, default=1024, metavar="BYTES")
     c = _command(sub, "deleteledger", cmd_deleteledger, "delete one ledger")
     c.add_argument("ledger_id", type=_ledger_id, metavar="ID")
+    from .autorecovery_cmd import add_drain_arguments, cmd_decommission, cmd_recover
+
+    c = _command(sub, "recover", cmd_recover, "re-replicate a dead bookie's ledgers now and wait",
+                 json_flag=True)
+    add_drain_arguments(c, force=True)
+    c = _command(sub, "decommission", cmd_decommission,
+                 "move every ledger off a bookie, then delete its cookie", json_flag=True)
+    add_drain_arguments(c, force=False)
+    from .shell_underreplication import add_underreplication_commands
+
+    add_underreplication_commands(sub, _command)
 
 
 def _fail(message: str) -> int:
@@ -297,6 +308,7 @@ def _fail(message: str) -> int:
 def run_shell(args: argparse.Namespace) -> int:
     """Connect, run the chosen command, and turn every typed error into exit status 2."""
     from ledger_client import ClientConfig, LedgerClient, errors
+    from metadata import MetadataError
 
     if not getattr(args, "verbose", False):
         logging.getLogger().setLevel(logging.WARNING)  # client INFO chatter is not shell output
@@ -307,7 +319,7 @@ def run_shell(args: argparse.Namespace) -> int:
                               zk_session_timeout_ms=ZK_SESSION_TIMEOUT_MS)
         with LedgerClient(args.zk, config=config) as client:
             return func(client, args)
-    except (errors.LedgerError, ShellError, TimeoutError) as e:
+    except (errors.LedgerError, MetadataError, ShellError, TimeoutError) as e:
         return _fail(str(e) or type(e).__name__)
     except BrokenPipeError:
         # The reader went away (`readledger ... | head`): not an error; keep Python's exit-time

@@ -24,3 +24,15 @@ def test_bench_quick_runs_and_writes_json(tmp_path, which):
     else:
         assert data["E3Qw3Qa2"]["entries_per_s"] > 0 and "p99_ms" in data["E3Qw3Qa2_at_1000"]
     assert not list(tmp_path.glob("bench-*/cluster"))  # temporary clusters are removed
+
+
+def test_bench_recovery_quick_runs_and_writes_json(tmp_path):
+    out = tmp_path / "recovery.json"
+    r = subprocess.run([sys.executable, "-m", "spark_bookie.cli", "bench", "recovery", "--quick", "--ledgers", "12",
+                        "--json", str(out)], capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    data = json.loads(out.read_text())
+    assert data["goals"] and "goal " in r.stdout and "raw disk" in r.stdout
+    assert data["bytes_rereplicated"] > 0 and data["mb_per_s"] > 0
+    assert data["seconds"]["detected"] <= data["seconds"]["first_marked"] <= data["seconds"]["repaired"]
+    assert data["raw_disk_1mib_fdatasync"]["mb_per_s"] > 0

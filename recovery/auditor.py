@@ -1,0 +1,320 @@
+"""The auditor (BookKeeper's Auditor): one per cluster, elected through ZooKeeper.
+
+While elected it
+- watches ``available`` (writable and read-only registrations; read-only bookies are not lost)
+  and the lost-bookie delay stored in ZooKeeper (changeable at run time);
+- keeps the bookie → ledgers index, rebuilt from every ledger's metadata at each audit;
+- when a bookie is gone for longer than the delay (at once when a second one is gone too: see
+  :mod:`recovery.tracker`), marks every ledger naming it under-replicated with that bookie missing;
+- every ``audit_interval_ms`` audits again (ledgers that still name an audited lost bookie are
+  marked again: e.g. created by a writer that had not noticed it go);
+- every ``check_all_ledgers_interval_ms`` reads sampled entries of every finished fragment from
+  each of its available bookies (:mod:`recovery.checker`) and marks bookies that lost entries;
+- every ``placement_check_interval_ms`` counts fragments that break the placement policy (logged
+  and kept in :attr:`Auditor.stats`; moving them is left to an operator, as BookKeeper's default).
+Nothing is marked while re-replication is disabled; the audit waits for it to be enabled again.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from ledger_client.bookies import BookiePool
+from metadata import LedgerMetadata, MetadataError, MetadataStore, NoNodeError
+
+from .checker import FragmentChecker
+from .config import AutoRecoveryConfig
+from .plan import build_index, placement_violations
+from .tracker import LostBookieTracker
+
+log = logging.getLogger(__name__)
+
+#: A bookie must have been unavailable this long before it counts as lost even with a delay of 0:
+#: a bookie turning read-only unregisters as writable just before it registers as read-only.
+CONFIRM_LOST_S = 1.0
+RETRY_S = 1.0
+
+
+@dataclass
+class AuditorStats:
+    audits: int = 0
+    ledgers_marked: int = 0
+    lost_bookies_audited: list[str] = field(default_factory=list)
+    ledger_checks: int = 0
+    fragments_missing_entries: int = 0
+    placement_checks: int = 0
+    placement_violations: int = 0
+
+
+def scan_ledgers(store: MetadataStore, threads: int) -> list[LedgerMetadata]:
+    """Every ledger's metadata (ledgers deleted during the scan are skipped)."""
+    def read(lid: int) -> LedgerMetadata | None:
+        try:
+            return store.read_ledger_metadata(lid)[0]
+        except NoNodeError:
+            return None
+
+    ids = store.list_ledgers()
+    if len(ids) < 32:
+        found = [read(lid) for lid in ids]
+    else:
+        with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="auditor-scan") as ex:
+            found = list(ex.map(read, ids))
+    return [md for md in found if md is not None]
+
+
+class Auditor:
+    def __init__(self, store: MetadataStore, config: AutoRecoveryConfig, pool: BookiePool, *,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._store = store
+        self._cfg = config
+        self._clock = clock
+        self._checker = FragmentChecker(pool, sample_fraction=config.check_entry_sample_fraction,
+                                        reads_in_flight_max=config.copy_reads_in_flight_max,
+                                        timeout_s=config.bookie_timeout_ms / 1000)
+        self.tracker = LostBookieTracker()
+        self.stats = AuditorStats()
+        self._cond = threading.Condition()
+        self._stop = False
+        self._available: set[str] | None = None
+        self._bookies_changed = False
+        self._delay_s = config.lost_bookie_recovery_delay_s or 0
+        self._delay_events: list[int] = []
+        self._delay_known = False   # the watch's first report is the current value, not a change
+        self._trigger = False
+        self._thread: threading.Thread | None = None
+        self._cancels: list[Callable[[], None]] = []
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run_guarded, name="auditor", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout_s: float | None = 30.0) -> None:
+        """Stop auditing; joins the thread unless ``timeout_s`` is None (callers on a store thread
+        must not wait for an audit that may itself be waiting on the store)."""
+        with self._cond:
+            self._stop = True
+            self._cond.notify_all()
+        if timeout_s is not None and self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout_s)
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def trigger(self) -> None:
+        """Audit now, pending bookies included (as a delay reset to its value does)."""
+        with self._cond:
+            self._trigger = True
+            self._cond.notify_all()
+
+    # ------------------------------------------------------------------ events (store threads)
+
+    def _on_bookies(self, writable: list[str], readonly: list[str]) -> None:
+        with self._cond:
+            self._available = set(writable) | set(readonly)
+            self._bookies_changed = True
+            self._cond.notify_all()
+
+    def _on_delay(self, seconds: int) -> None:
+        with self._cond:
+            self._delay_events.append(seconds)
+            self._cond.notify_all()
+
+    # ------------------------------------------------------------------ the thread
+
+    def _run_guarded(self) -> None:
+        try:
+            if not self._setup():
+                return
+            while not self._stopped():
+                try:
+                    self._run()
+                except Exception:
+                    log.exception("auditor: unexpected failure; starting over in %.0fs", RETRY_S)
+                    self._sleep(RETRY_S)
+        finally:
+            for cancel in self._cancels:
+                try:
+                    cancel()
+                except MetadataError:
+                    pass
+            self._cancels.clear()
+
+    def _setup(self) -> bool:
+        """Set the watches; False if stopped before that worked."""
+        while not self._stopped():
+            try:
+                self._cancels.append(self._store.watch_bookies(self._on_bookies))
+                if self._cfg.lost_bookie_recovery_delay_s is None:
+                    self._cancels.append(self._store.watch_lost_bookie_recovery_delay(self._on_delay))
+                return True
+            except MetadataError as e:
+                log.warning("auditor: cannot watch the cluster yet: %s", e)
+                for cancel in self._cancels:
+                    cancel()
+                self._cancels.clear()
+                self._sleep(RETRY_S)
+        return False
+
+    def _run(self) -> None:
+        now = self._clock()
+        next_audit = now                       # the first audit learns which bookies ledgers name
+        next_check = now + self._cfg.check_all_ledgers_interval_ms / 1000
+        next_placement = now + self._cfg.placement_check_interval_ms / 1000
+        while not self._stopped():
+            now = self._clock()
+            explicit = self._take_events(now)
+            due = self.tracker.due(self._delay_s, now) if not explicit else set(self.tracker.pending)
+            if not explicit and any(now - self.tracker.pending[b] < CONFIRM_LOST_S for b in due):
+                due = set()   # wait until the newest of them is confirmed; audit them together
+            if due or explicit or now >= next_audit:
+                if self._guard(functools.partial(self._audit, due)):
+                    next_audit = self._clock() + self._cfg.audit_interval_ms / 1000
+                else:
+                    next_audit = self._clock() + RETRY_S
+            if self._cfg.check_all_ledgers_interval_ms and now >= next_check:
+                self._guard(self._check_all)
+                next_check = self._clock() + self._cfg.check_all_ledgers_interval_ms / 1000
+            if self._cfg.placement_check_interval_ms and now >= next_placement:
+                self._guard(self._check_placement)
+                next_placement = self._clock() + self._cfg.placement_check_interval_ms / 1000
+            wake = [next_audit]
+            if self._cfg.check_all_ledgers_interval_ms:
+                wake.append(next_check)
+            if self._cfg.placement_check_interval_ms:
+                wake.append(next_placement)
+            due_at = self.tracker.next_due_at(self._delay_s)
+            if due_at is not None:
+                wake.append(max(due_at, max(self.tracker.pending.values()) + CONFIRM_LOST_S))
+            self._wait(min(wake) - self._clock())
+
+    def _take_events(self, now: float) -> bool:
+        """Apply queued watch events to the tracker; True when an immediate audit was asked for."""
+        with self._cond:
+            available = self._available if self._bookies_changed else None
+            self._bookies_changed = False
+            delays, self._delay_events = self._delay_events, []
+            explicit, self._trigger = self._trigger, False
+        if available is not None:
+            self.tracker.observe(available, now)
+        for seconds in delays:
+            if self._cfg.lost_bookie_recovery_delay_s is not None:
+                break
+            first, self._delay_known = not self._delay_known, True
+            old, self._delay_s = self._delay_s, seconds
+            if not first and self.tracker.delay_changed(seconds, old, now):
+                log.info("auditor: lost-bookie delay set to %ds (was %ds): auditing now", seconds, old)
+                explicit = True
+        return explicit
+
+    def _guard(self, action: Callable[[], object]) -> bool:
+        try:
+            return action() is not False
+        except MetadataError as e:
+            log.warning("auditor: %s failed: %s; retrying", getattr(action, "__name__", "audit"), e)
+            return False
+
+    # ------------------------------------------------------------------ audits
+
+    def _audit(self, due: set[str]) -> bool:
+        """Mark the ledgers of ``due`` lost bookies (and of lost bookies audited before whose
+        ledgers still name them). False (retry soon) while re-replication is disabled."""
+        if not self._store.is_replication_enabled():
+            log.info("auditor: re-replication is disabled; audit postponed")
+            return False
+        available = self._current_available()
+        ledgers = scan_ledgers(self._store, self._cfg.metadata_reads_in_flight_max)
+        index = build_index(ledgers)
+        now = self._clock()
+        self.tracker.observe(available, now, named=index.keys())
+        due = {b for b in due if b not in available}
+        lost = due | (self.tracker.audited - available)
+        queued = self._store.list_underreplicated() if lost else {}
+        todo = [(lid, bookie) for bookie in sorted(lost) for lid in sorted(index.get(bookie, ()))
+                if bookie not in queued.get(lid, ())]
+        self._mark_all(todo)
+        marked = len(todo)
+        if due:
+            log.info("auditor: bookies %s lost; %d ledgers marked under-replicated", sorted(due), marked)
+            self.stats.lost_bookies_audited.extend(sorted(due))
+        self.tracker.mark_audited(due)
+        self.tracker.forget([b for b in self.tracker.audited if b not in index])
+        self.stats.audits += 1
+        self.stats.ledgers_marked += marked
+        return True
+
+    def _mark_all(self, todo: list[tuple[int, str]]) -> None:
+        """Mark (ledger, missing bookie) pairs, several at once: a lost bookie may hold thousands of
+        ledgers and workers start on the first ones while the rest are being marked."""
+        if len(todo) < 8:
+            for lid, bookie in todo:
+                self._store.mark_underreplicated(lid, [bookie])
+            return
+        with ThreadPoolExecutor(max_workers=self._cfg.metadata_reads_in_flight_max,
+                                thread_name_prefix="auditor-mark") as ex:
+            for f in [ex.submit(self._store.mark_underreplicated, lid, [b]) for lid, b in todo]:
+                f.result()
+
+    def _current_available(self) -> set[str]:
+        with self._cond:
+            if self._available is not None:
+                return set(self._available)
+        return set(self._store.list_bookies()) | set(self._store.list_bookies(readonly=True))
+
+    def _check_all(self) -> None:
+        """Periodic check: sampled entries of every finished fragment, from its available bookies."""
+        if not self._store.is_replication_enabled():
+            return
+        available = self._current_available()
+        bad_fragments = marked = 0
+        for md in scan_ledgers(self._store, self._cfg.metadata_reads_in_flight_max):
+            if self._stopped():
+                return
+            bad = self._checker.check(md, available)
+            for bookie, keys in bad.items():
+                bad_fragments += len(keys)
+                self._store.mark_underreplicated(md.ledger_id, [bookie])
+                marked += 1
+        self.stats.ledger_checks += 1
+        self.stats.fragments_missing_entries += bad_fragments
+        self.stats.ledgers_marked += marked
+        log.info("auditor: checked every ledger; %d fragments missing entries, %d ledgers marked",
+                 bad_fragments, marked)
+
+    def _check_placement(self) -> None:
+        available = self._current_available()
+        location_of = {b: self._store.bookie_info(b).get("network_location", "") for b in available}
+        violations = 0
+        for md in scan_ledgers(self._store, self._cfg.metadata_reads_in_flight_max):
+            found = placement_violations(md, location_of, self._cfg.placement_min_locations_per_write_quorum)
+            for key, why in found:
+                log.warning("auditor: ledger %d fragment %d breaks the placement policy: %s", md.ledger_id, key, why)
+            violations += len(found)
+        self.stats.placement_checks += 1
+        self.stats.placement_violations = violations
+
+    # ------------------------------------------------------------------ helpers
+
+    def _stopped(self) -> bool:
+        with self._cond:
+            return self._stop
+
+    def _wait(self, seconds: float) -> None:
+        with self._cond:
+            if self._stop or self._bookies_changed or self._delay_events or self._trigger:
+                return
+            self._cond.wait(max(0.01, min(seconds, 60.0)))
+
+    def _sleep(self, seconds: float) -> None:
+        with self._cond:
+            if not self._stop:
+                self._cond.wait(seconds)

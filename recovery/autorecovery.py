@@ -1,0 +1,181 @@
+"""AutoRecovery: the auditor candidate and the replication worker of one process, behind one facade
+(BookKeeper's AutoRecoveryMain). Used beside a bookie (``autorecovery_enabled``), by
+``spark-bookie autorecovery``, and by the Spark hosting job::
+
+    ar = AutoRecovery("zk:2181", config, candidate_id="host:3181")
+    ar.start()        # returns at once; connects, stands for auditor and works in the background
+    ar.is_auditor     # True while this process is the elected auditor
+    ar.stop()         # idempotent: withdraws, releases locks, closes the session
+
+Everything runs on one ZooKeeper session: the auditor vote and the workers' ledger locks are its
+ephemerals, so a process that dies (or loses its session) gives up both at once and the others
+take over. Start-up retries the connection until it works or ``stop()`` is called, so a process
+started before ZooKeeper is reachable still joins in once it is.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any
+
+from ledger_client import ClientConfig, LedgerClient
+from metadata import MetadataError, MetadataStore, parse_connect_string
+from metadata import connect as connect_metadata
+
+from .auditor import Auditor, AuditorStats
+from .config import AutoRecoveryConfig
+from .worker import ReplicationWorker
+
+log = logging.getLogger(__name__)
+
+CONNECT_RETRY_S = 2.0
+
+
+class AutoRecovery:
+    def __init__(self, zk_connect: str, config: AutoRecoveryConfig | None = None, *, candidate_id: str,
+                 run_auditor: bool = True, run_worker: bool = True) -> None:
+        if not candidate_id:
+            raise ValueError("candidate_id must be a non-empty string (e.g. the bookie id)")
+        if not zk_connect.startswith("memory://"):
+            parse_connect_string(zk_connect)   # a malformed string fails here, not in a thread
+        self.zk_connect = zk_connect
+        self.config = config or AutoRecoveryConfig()
+        self.candidate_id = candidate_id
+        self.run_auditor = run_auditor
+        self.run_worker = run_worker
+        self._lock = threading.Lock()
+        self._stopped = threading.Event()
+        self._started = False
+        self._ready = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.store: MetadataStore | None = None
+        self.client: LedgerClient | None = None
+        self.worker: ReplicationWorker | None = None
+        self._auditor: Auditor | None = None
+        self._withdraw: Any = None
+        self._is_auditor = False
+
+    # ------------------------------------------------------------------ public surface
+
+    def start(self) -> None:
+        """Non-blocking: connect, start the worker and stand for auditor on a background thread."""
+        with self._lock:
+            if self._started:
+                return
+            self._started = True
+        self._thread = threading.Thread(target=self._bring_up, name=f"autorecovery-{self.candidate_id}",
+                                        daemon=True)
+        self._thread.start()
+
+    @property
+    def is_auditor(self) -> bool:
+        with self._lock:
+            return self._is_auditor
+
+    @property
+    def auditor_stats(self) -> AuditorStats | None:
+        with self._lock:
+            return self._auditor.stats if self._auditor is not None else None
+
+    def wait_ready(self, timeout_s: float) -> bool:
+        """Block until connected and running (tests, the CLI's first message)."""
+        return self._ready.wait(timeout_s)
+
+    def stop(self) -> None:
+        """Withdraw from the election, stop auditing and working (releasing locks), close the
+        session. Idempotent; safe before start() and from any thread but the store's."""
+        self._stopped.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(self.config.zk_connect_timeout_ms / 1000 + 5)
+        with self._lock:
+            withdraw, self._withdraw = self._withdraw, None
+            auditor, self._auditor = self._auditor, None
+            worker, self.worker = self.worker, None
+            client, self.client = self.client, None
+            store, self.store = self.store, None
+            self._is_auditor = False
+        if withdraw is not None:
+            try:
+                withdraw()
+            except MetadataError as e:
+                log.info("autorecovery: withdrawing from the election: %s", e)
+        if auditor is not None:
+            auditor.stop()
+        if worker is not None:
+            worker.stop()
+        if client is not None:
+            client.close()
+        if store is not None:
+            store.close()
+
+    # ------------------------------------------------------------------ background start
+
+    def _bring_up(self) -> None:
+        cfg = self.config
+        while not self._stopped.is_set():
+            try:
+                store = connect_metadata(self.zk_connect, session_timeout_ms=cfg.zk_session_timeout_ms,
+                                         connect_timeout_ms=cfg.zk_connect_timeout_ms)
+            except MetadataError as e:
+                log.warning("autorecovery: cannot reach ZooKeeper at %s yet: %s", self.zk_connect, e)
+                self._stopped.wait(CONNECT_RETRY_S)
+                continue
+            try:
+                self._run_on(store)
+            except MetadataError as e:
+                log.warning("autorecovery: start-up failed: %s; retrying", e)
+                self._teardown_partial(store)
+                self._stopped.wait(CONNECT_RETRY_S)
+                continue
+            self._ready.set()
+            return
+
+    def _run_on(self, store: MetadataStore) -> None:
+        cfg = self.config
+        client_cfg = ClientConfig(zk_session_timeout_ms=cfg.zk_session_timeout_ms,
+                                  zk_connect_timeout_ms=cfg.zk_connect_timeout_ms,
+                                  read_timeout_ms=cfg.bookie_timeout_ms, add_timeout_ms=cfg.bookie_timeout_ms,
+                                  operation_timeout_ms=cfg.recovery_operation_timeout_ms)
+        client = LedgerClient(self.zk_connect, config=client_cfg, metadata_store=store)
+        with self._lock:
+            self.store, self.client = store, client
+            if self._stopped.is_set():
+                return
+        if self.run_worker:
+            worker = ReplicationWorker(store, client, cfg, name=f"replication-worker[{self.candidate_id}]")
+            with self._lock:
+                self.worker = worker
+            worker.start()
+        if self.run_auditor:
+            withdraw = store.elect_auditor(self.candidate_id, self._on_election)
+            with self._lock:
+                self._withdraw = withdraw
+        log.info("autorecovery %s: running (auditor candidate: %s, worker: %s)", self.candidate_id,
+                 self.run_auditor, self.run_worker)
+
+    def _teardown_partial(self, store: MetadataStore) -> None:
+        with self._lock:
+            worker, self.worker = self.worker, None
+            client, self.client = self.client, None
+            self.store = None
+        if worker is not None:
+            worker.stop()
+        if client is not None:
+            client.close()
+        store.close()
+
+    def _on_election(self, elected: bool) -> None:
+        """On the store's election thread: start or stop auditing (never waits for the auditor)."""
+        with self._lock:
+            store, client = self.store, self.client
+            if self._stopped.is_set() or store is None or client is None:
+                elected = False
+            self._is_auditor = elected
+            old, self._auditor = self._auditor, None
+            if elected and store is not None and client is not None:
+                self._auditor = Auditor(store, self.config, client.pool)
+                self._auditor.start()
+        if old is not None:
+            old.stop(timeout_s=None)
+        log.info("autorecovery %s: %s the auditor", self.candidate_id, "now" if elected else "no longer")

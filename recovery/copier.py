@@ -1,0 +1,217 @@
+"""Copying a fragment's entries to new bookies: many reads in flight, batched RECOVERY adds.
+
+The bodies are copied exactly as stored (header + the writer's digest + payload), so a reader
+checks the same digest on the new copy as on the old. Each body is checked before it is written:
+its header must name the entry asked for and, for digests that need no password (CRC32, CRC32C,
+DUMMY), the digest must match; a copy that fails is read from the next source instead. HMAC
+digests are keyed by the ledger's password, which the metadata does not hold (only its hash, the
+master key), so for HMAC ledgers only the header is checked and readers still verify the digest.
+
+Throughput: reads are single-entry ``read_future`` calls (E > Qw: neighbouring entries live on
+different bookies) or range reads (E == Qw), up to ``copy_reads_in_flight_max`` at once; adds go
+on each target's batching add stream with ``RECOVERY_ADD`` (accepted even if the ledger is
+fenced), bounded by ``copy_bytes_in_flight_max`` bytes not yet acknowledged. The target journals
+and fsyncs them in groups, so one fragment copy runs at what the disks and the loopback allow.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+
+from ledger_client import errors
+from ledger_client.bookies import BookiePool
+from ledger_client.protocol import bookkeeper_pb2 as pb
+from ledger_client.protocol.framing import Digester, FramingError, parse_header
+from metadata import DigestType, LedgerMetadata
+
+from .config import AutoRecoveryConfig
+from .errors import FragmentUnrecoverableError, ReplicationError
+from .plan import CopyRun
+
+log = logging.getLogger(__name__)
+
+_ABSENT = (pb.ENOENTRY, pb.ENOLEDGER)
+
+
+@dataclass(frozen=True)
+class CopyStats:
+    entries: int   # entry copies written (an entry sent to two targets counts twice)
+    bytes: int     # body bytes written
+
+
+class _Acks:
+    """Add results of one copy (an AddSink): what is still unacknowledged, and the first failure."""
+
+    def __init__(self) -> None:
+        self.cond = threading.Condition()
+        self.pending: dict[tuple[str, int], int] = {}
+        self.bytes_pending = 0
+        self.error: str | None = None
+        self.last_progress = time.monotonic()
+
+    def expect(self, bookie: str, entry_id: int, size: int) -> None:
+        with self.cond:
+            self.pending[(bookie, entry_id)] = size
+            self.bytes_pending += size
+
+    def on_add_results(self, bookie: str, ok: list[int], failed: list[tuple[int, int, str]]) -> None:
+        with self.cond:
+            for eid in ok:
+                self.bytes_pending -= self.pending.pop((bookie, eid), 0)
+            for eid, status, detail in failed:
+                self.pending.pop((bookie, eid), None)
+                if self.error is None:
+                    name = pb.StatusCode.Name(status) if status in pb.StatusCode.values() else "TRANSPORT"
+                    self.error = f"recovery add of entry {eid} on {bookie} failed: {name} {detail}"
+            self.last_progress = time.monotonic()
+            self.cond.notify_all()
+
+    def wait_below(self, limit_bytes: int, stall_s: float) -> None:
+        """Block until at most ``limit_bytes`` are unacknowledged; ReplicationError on a failed add
+        or when nothing was acknowledged for ``stall_s``."""
+        with self.cond:
+            while True:
+                if self.error is not None:
+                    raise ReplicationError(self.error)
+                if self.bytes_pending <= limit_bytes and (limit_bytes > 0 or not self.pending):
+                    return
+                if time.monotonic() - self.last_progress > stall_s:
+                    raise ReplicationError(f"no add acknowledged for {stall_s:.0f}s; "
+                                           f"{len(self.pending)} copies outstanding")
+                self.cond.wait(0.1)
+
+
+class _Verifier:
+    def __init__(self, md: LedgerMetadata) -> None:
+        self.lid = md.ledger_id
+        self.digester = Digester(md.digest_type, b"") if md.digest_type is not DigestType.HMAC else None
+
+    def check(self, entry_id: int, body: bytes) -> None:
+        if self.digester is not None:
+            self.digester.unframe(body, self.lid, entry_id)
+            return
+        lid, eid, _lac, _len = parse_header(body)
+        if lid != self.lid or eid != entry_id:
+            raise FramingError(f"body is entry {lid}/{eid}, expected {self.lid}/{entry_id}")
+
+
+_Read = tuple[CopyRun, int, Any]   # (run, index of the source asked, its future)
+
+
+class FragmentCopier:
+    """Copies runs of entries of one ledger at a time; thread-safe (one instance per worker)."""
+
+    def __init__(self, pool: BookiePool, config: AutoRecoveryConfig) -> None:
+        self._pool = pool
+        self._cfg = config
+        self._ranges = ThreadPoolExecutor(max_workers=4, thread_name_prefix="recovery-range-read")
+
+    def close(self) -> None:
+        self._ranges.shutdown(wait=True, cancel_futures=True)
+
+    def copy(self, md: LedgerMetadata, runs: list[CopyRun], cancel: threading.Event | None = None) -> CopyStats:
+        """Copy every run; returns what was written once every target acknowledged it durably.
+        ReplicationError as soon as ``cancel`` is set (the worker is stopping)."""
+        cfg = self._cfg
+        stall_s = cfg.copy_stall_timeout_ms / 1000
+        acks = _Acks()
+        verifier = _Verifier(md)
+        todo: deque[tuple[CopyRun, int]] = deque((run, 0) for run in runs)
+        inflight: deque[_Read] = deque()
+        absent: dict[int, int] = {}   # entry id → sources that said they do not have it
+        copies = written = 0
+        while todo or inflight:
+            if cancel is not None and cancel.is_set():
+                raise ReplicationError(f"ledger {md.ledger_id}: copy cancelled (stopping)")
+            while todo and len(inflight) < cfg.copy_reads_in_flight_max \
+                    and acks.bytes_pending < cfg.copy_bytes_in_flight_max:
+                run, si = todo.popleft()
+                inflight.append((run, si, self._launch(md.ledger_id, run, si)))
+            if not inflight:
+                acks.wait_below(cfg.copy_bytes_in_flight_max - 1, stall_s)
+                continue
+            run, si, fut = inflight.popleft()
+            bodies, why = self._answer(run, si, fut, stall_s)
+            if not bodies:
+                if why == "absent":
+                    absent[run.first] = absent.get(run.first, 0) + 1
+                if si + 1 < len(run.sources):
+                    todo.appendleft((run, si + 1))
+                    continue
+                self._give_up(md, run, absent.get(run.first, 0), why)
+            good = self._verified(verifier, run, si, bodies)
+            for i, body in enumerate(good):
+                eid = run.first + i
+                for target in run.targets:
+                    acks.expect(target, eid, len(body))
+                    try:
+                        self._pool.get(target).add_async(md.ledger_id, eid, md.password_hash, body, acks,
+                                                         recovery=True)
+                    except errors.LedgerError as e:
+                        raise ReplicationError(f"cannot send entry {eid} to {target}: {e}") from e
+                    copies += 1
+                    written += len(body)
+            if len(good) < run.entries:
+                rest = CopyRun(run.first + len(good), run.last, run.sources, run.targets)
+                if good:   # a short answer (byte limit or a gap): go on from the same source
+                    todo.appendleft((rest, si))
+                elif si + 1 < len(run.sources):   # its first copy failed the check: next source
+                    todo.appendleft((rest, si + 1))
+                else:
+                    self._give_up(md, rest, 0, f"every copy of entry {rest.first} failed its check")
+        acks.wait_below(0, stall_s)
+        return CopyStats(copies, written)
+
+    # ------------------------------------------------------------------ reads
+
+    def _launch(self, ledger_id: int, run: CopyRun, si: int) -> Any:
+        client = self._pool.get(run.sources[si])
+        if run.entries == 1:
+            return client.read_future(ledger_id, run.first)
+        return self._ranges.submit(client.read_range, ledger_id, run.first, run.last, self._cfg.copy_range_bytes_max)
+
+    def _answer(self, run: CopyRun, si: int, fut: Any, stall_s: float) -> tuple[list[bytes], str]:
+        """The bodies a read returned ([] and a reason on failure: "absent" or an error text)."""
+        source = run.sources[si]
+        try:
+            resp = fut.result(timeout=stall_s)
+        except (grpc.RpcError, grpc.FutureTimeoutError, errors.LedgerError, TimeoutError) as e:
+            if isinstance(e, errors.NoSuchEntryError | errors.NoSuchLedgerError):
+                return [], "absent"
+            log.debug("read of %d..%d from %s failed: %s", run.first, run.last, source, e)
+            return [], f"{source}: {e}"
+        if resp.status in _ABSENT:
+            return [], "absent"
+        if resp.status != pb.EOK:
+            return [], f"{source}: {pb.StatusCode.Name(resp.status)} {resp.detail}"
+        if isinstance(fut, Future):   # a range read
+            return list(resp.bodies), ""
+        return [resp.body], ""
+
+    def _verified(self, verifier: _Verifier, run: CopyRun, si: int, bodies: list[bytes]) -> list[bytes]:
+        """The prefix of ``bodies`` that passes its check (a bad copy ends the prefix)."""
+        good: list[bytes] = []
+        for i, body in enumerate(bodies[:run.entries]):
+            try:
+                verifier.check(run.first + i, body)
+            except FramingError as e:
+                log.warning("ledger %d entry %d from %s failed its check (%s); reading another copy",
+                            verifier.lid, run.first + i, run.sources[si], e)
+                break
+            good.append(body)
+        return good
+
+    @staticmethod
+    def _give_up(md: LedgerMetadata, run: CopyRun, absent: int, why: str) -> None:
+        if absent >= len(run.sources):
+            raise FragmentUnrecoverableError(
+                f"ledger {md.ledger_id} entry {run.first}: no surviving copy (asked {list(run.sources)})")
+        raise ReplicationError(f"ledger {md.ledger_id} entry {run.first}: no source answered ({why})")
