@@ -201,3 +201,174 @@ class Sandbox:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def free_port_range(count: int, attempts: int = 50) -> int:
+    """A base port such that base..base+count-1 are all free on 127.0.0.1 now (racy, like free_port)."""
+    from .zookeeper import port_in_use
+
+    for _ in range(attempts):
+        base = free_port()
+        if base + count - 1 < 65536 and not any(port_in_use(base + i) for i in range(count)):
+            return base
+    raise RuntimeError(f"found no {count} consecutive free ports")
+
+
+class SparkSandbox:
+    """Embedded ZooKeeper + the bookie-cluster Spark application (`jobs/bookie_cluster.py`) on
+    ``local-cluster[N,1,1024]``: N executor JVMs, each hosting one bookie (`sandbox --spark`).
+
+    The driver runs as a child process in its own session (so Ctrl-C reaches only us and we stop it
+    gracefully, through the stop request in ZooKeeper); its log is ``<root>/driver.log``.
+    """
+
+    def __init__(self, root: str | Path, bookies: int = 3, *, zk_port: int | None = None,
+                 zk_connect: str | None = None, master: str | None = None, python: str = sys.executable,
+                 extra_args: list[str] | tuple[str, ...] = (), env: dict[str, str] | None = None,
+                 start_timeout_s: float = 300.0) -> None:
+        self.root = Path(root).absolute()
+        self.bookies = bookies
+        self.zk: EmbeddedZooKeeper | None = None
+        self._zk_connect = zk_connect
+        if zk_connect is None:
+            self.zk = EmbeddedZooKeeper(zk_port or free_port(), self.root / "zookeeper")
+        self.master = master or f"local-cluster[{bookies},1,1024]"
+        self.python = python
+        self.extra_args = list(extra_args)
+        self.env = dict(env or {})
+        self.start_timeout_s = start_timeout_s
+        self.base_port = 0
+        self.name = "bookie-cluster"
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.store: MetadataStore | None = None
+
+    @property
+    def connect_string(self) -> str:
+        return self.zk.connect_string if self.zk is not None else (self._zk_connect or "")
+
+    @property
+    def driver_log(self) -> Path:
+        return self.root / "driver.log"
+
+    @property
+    def bookie_ids(self) -> list[str]:
+        return [f"127.0.0.1:{self.base_port + k}" for k in range(self.bookies)]
+
+    def driver_command(self) -> list[str]:
+        import jobs
+
+        script = Path(jobs.__file__).parent / "bookie_cluster.py"
+        return [self.python, str(script), "--zk", self.connect_string, "--bookies", str(self.bookies),
+                "--data-root", str(self.root / "data"), "--base-port", str(self.base_port),
+                "--master", self.master, "--conf", "spark.ui.enabled=false", *self.extra_args]
+
+    def start(self) -> None:
+        self.root.mkdir(parents=True, exist_ok=True)
+        if self.zk is not None:
+            self.zk.start()
+        self.store = connect_metadata(self.connect_string)
+        self.store.init_cluster()
+        self.base_port = free_port_range(self.bookies)
+        env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": self.python,
+               "PYSPARK_DRIVER_PYTHON": self.python, **self.env}
+        with open(self.driver_log, "ab") as logf:
+            self.proc = subprocess.Popen(self.driver_command(), stdout=logf, stderr=subprocess.STDOUT,
+                                         stdin=subprocess.DEVNULL, env=env, start_new_session=True)
+        self.wait_bookies(self.bookie_ids, self.start_timeout_s)
+
+    def wait_bookies(self, wanted: list[str], timeout_s: float) -> None:
+        """Wait until every bookie in ``wanted`` is registered (writable)."""
+        deadline = time.monotonic() + timeout_s
+        store = self._store()
+        while time.monotonic() < deadline:
+            if self.proc is not None and self.proc.poll() is not None:
+                raise RuntimeError(f"the bookie-cluster driver exited with {self.proc.returncode}:\n"
+                                   + self.log_tail())
+            if set(wanted) <= set(store.list_bookies()):
+                return
+            time.sleep(0.5)
+        raise TimeoutError(f"bookies {wanted} not all registered in {timeout_s:g} s "
+                           f"(registered: {store.list_bookies()}):\n" + self.log_tail())
+
+    def _store(self) -> MetadataStore:
+        if self.store is None:
+            raise RuntimeError("the Spark sandbox is not started")
+        return self.store
+
+    def log_tail(self, lines: int = 40) -> str:
+        try:
+            return "\n".join(self.driver_log.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no driver log)"
+
+    @property
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def stop(self, timeout_s: float = 120.0) -> int | None:
+        """Graceful: the stop request in ZooKeeper, then wait for the driver to exit; SIGTERM, then
+        SIGKILL of its whole process group (driver, Spark JVM, executors) if it does not."""
+        from .hosting import request_stop
+
+        if self.proc is not None and self.proc.poll() is None:
+            try:
+                request_stop(self._store(), self.name, "sandbox stopping")
+            except Exception:
+                log.exception("could not write the stop request; terminating the driver")
+                os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGTERM)
+                try:
+                    self.proc.wait(timeout=20)
+                except subprocess.TimeoutExpired:
+                    os.killpg(self.proc.pid, signal.SIGKILL)
+                    self.proc.wait(timeout=30)
+        self._reap_group()
+        if self.store is not None:
+            self.store.close()
+            self.store = None
+        if self.zk is not None:
+            self.zk.stop()
+        return None if self.proc is None else self.proc.returncode
+
+    def group_members(self) -> list[int]:
+        """Pids still in the driver's process group (driver, Spark JVM, executors, Python workers)."""
+        if self.proc is None:
+            return []
+        pids = []
+        for entry in Path("/proc").iterdir():
+            if entry.name.isdigit():
+                try:
+                    if os.getpgid(int(entry.name)) == self.proc.pid:
+                        pids.append(int(entry.name))
+                except OSError:
+                    continue
+        return pids
+
+    def _reap_group(self, wait_s: float = 10.0) -> None:
+        """After the driver exited, nothing of its process group may stay behind."""
+        if self.proc is None:
+            return
+        deadline = time.monotonic() + wait_s
+        while self.group_members() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        survivors = self.group_members()
+        if survivors:
+            log.warning("killing processes the Spark driver left behind: %s", survivors)
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+    def __enter__(self) -> SparkSandbox:
+        try:
+            self.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
