@@ -94,6 +94,15 @@ def cmd_bookie(args: argparse.Namespace) -> int:
         bookie.start()
     except BookieError as e:
         return _fail(str(e))
+    autorecovery = None
+    if cfg.autorecovery_enabled:  # BookKeeper's autoRecoveryDaemonEnabled: auditor candidate + worker
+        from .autorecovery_cmd import start_beside_bookie
+
+        try:
+            autorecovery = start_beside_bookie(cfg)
+        except BookieError as e:
+            bookie.stop()
+            return _fail(str(e))
     # This process is the bookie's own: freeze what start-up allocated and collect young objects
     # less often, so the cyclic GC does not rescan the write cache's bookkeeping on every add burst.
     gc.freeze()
@@ -102,6 +111,8 @@ def cmd_bookie(args: argparse.Namespace) -> int:
     try:
         _wait_for_signal()
     finally:
+        if autorecovery is not None:
+            autorecovery.stop()
         bookie.stop()
     return 0
 
@@ -110,6 +121,12 @@ def cmd_sandbox(args: argparse.Namespace) -> int:
     from .sandbox import Sandbox
 
     root = args.root or os.path.join(os.getcwd(), ".sandbox")
+    if args.spark:
+        if args.demo:
+            return _fail("--demo runs with plain bookie processes only (not with --spark)")
+        from .cluster_app import run_spark_sandbox
+
+        return run_spark_sandbox(root, args.bookies, args.zk_port, _wait_for_signal)
     with Sandbox(root, args.bookies, zk_port=args.zk_port) as sb:
         print(f"sandbox up: ZooKeeper at {sb.connect_string}, bookies "
               f"{', '.join(b.bookie_id for b in sb.bookies)}", flush=True)
@@ -123,6 +140,18 @@ def cmd_sandbox(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_cluster(args: argparse.Namespace) -> int:
+    from .cluster_app import run_cluster
+
+    return run_cluster(args)
+
+
+def cmd_autorecovery(args: argparse.Namespace) -> int:
+    from .autorecovery_cmd import run_autorecovery
+
+    return run_autorecovery(args)
+
+
 def cmd_shell(args: argparse.Namespace) -> int:
     from .shell import run_shell
 
@@ -133,6 +162,12 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from .bench import run_bench
 
     return run_bench(args)
+
+
+def cmd_deploy(args: argparse.Namespace) -> int:
+    from .deploy_render import run_render
+
+    return run_render(args)
 
 
 # ---------------------------------------------------------------------- parser
@@ -167,7 +202,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--root", default=None, help="data directory (default ./.sandbox)")
     p.add_argument("--zk-port", type=int, default=None)
     p.add_argument("--demo", action="store_true", help="run the round-trip demo, then stop")
+    p.add_argument("--spark", action="store_true",
+                   help="host the bookies in Spark executors (jobs/bookie_cluster.py on local-cluster[N,1,1024])")
     p.set_defaults(func=cmd_sandbox)
+
+    from .cluster_app import add_cluster_parser
+
+    p = sub.add_parser("cluster", help="the Spark-hosted bookie cluster: `cluster stop`, `cluster status`")
+    add_cluster_parser(p, zk_default=_zk_default())
+    p.set_defaults(func=cmd_cluster)
+
+    from .autorecovery_cmd import add_autorecovery_parser
+
+    p = sub.add_parser("autorecovery", help="auditor candidate + replication worker in the foreground")
+    add_autorecovery_parser(p, zk_default=_zk_default())
+    p.set_defaults(func=cmd_autorecovery)
 
     from .shell import add_shell_parser
 
@@ -180,6 +229,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("bench", help="benchmarks against same-run baselines")
     add_bench_parser(p)
     p.set_defaults(func=cmd_bench)
+
+    from .deploy_render import add_deploy_parser
+
+    p = sub.add_parser("deploy", help="deployment artefacts: `deploy render` writes the Marathon group (DC/OS)")
+    add_deploy_parser(p)
+    p.set_defaults(func=cmd_deploy)
     return ap
 
 
