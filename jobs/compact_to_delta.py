@@ -1,0 +1,106 @@
+"""Compact closed ledgers into a Delta table (DESIGN §4.4).
+
+    spark-submit jobs/compact_to_delta.py --zk Z --table PATH [--ledgers 1,2] [--partition-by ledger_id|date]
+                                          [--delete-after-commit] [--password PW] [--engine spark|local]
+
+Every closed ledger (or the listed ones) not yet in the table is copied into it, all in one Delta
+commit; open ledgers are skipped; running it again adds nothing that is already there (see
+``jobs/delta_compaction.py`` for how a crash between writing and committing stays harmless).
+With ``--engine spark`` (the default) executors read the ledgers and write the parquet files and
+the driver commits; ``--engine local`` does everything in this process with delta-rs, no Spark
+session (small runs). ``--delete-after-commit`` deletes a ledger only once a fresh snapshot of the
+committed table records it. Prints one JSON line summarizing the run; exit 0 on success, 2 on bad
+input, 1 when the run failed (nothing of it was committed).
+
+Importable: ``main(argv, spark=None)`` runs the same thing (tests, notebooks); pass a session to
+reuse it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from jobs.delta_compaction import (
+    PARTITION_COLUMN,
+    BadArgumentError,
+    CompactionConfig,
+    CompactionError,
+    CompactionResult,
+    compact,
+    parse_ledger_ids,
+)
+from ledger_client.errors import LedgerError
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="compact_to_delta", description=__doc__.split("\n\n")[0] if __doc__ else None)
+    p.add_argument("--zk", default=os.environ.get("SPARK_BOOKIE_ZK", "127.0.0.1:2181"),
+                   help="ZooKeeper connect string host:port[,host:port][/root] (default: $SPARK_BOOKIE_ZK)")
+    p.add_argument("--table", required=True, help="path of the Delta table (created if absent)")
+    p.add_argument("--ledgers", default=None, help="comma-separated ledger ids (default: every closed ledger)")
+    p.add_argument("--partition-by", choices=sorted(PARTITION_COLUMN), default="ledger_id",
+                   help="partition column: ledger_id, or date (ctime_date, the ledger's UTC creation day)")
+    p.add_argument("--delete-after-commit", action="store_true",
+                   help="delete compacted ledgers once the table's committed snapshot records them")
+    p.add_argument("--password", default="", help="the ledgers' password (UTF-8); others are skipped")
+    p.add_argument("--engine", choices=("spark", "local"), default="spark",
+                   help="spark: executors write the files; local: this process does (no Spark)")
+    p.add_argument("--entries-per-read", type=int, default=10_000, help="entries per read_arrow batch")
+    p.add_argument("--tasks-max", type=int, default=64, help="Spark tasks that read ledgers (at most)")
+    return p
+
+
+def config_from_args(args: argparse.Namespace) -> CompactionConfig:
+    return CompactionConfig(
+        zk=args.zk, table_path=args.table,
+        ledgers=None if args.ledgers is None else parse_ledger_ids(args.ledgers),
+        partition_by=args.partition_by, delete_after_commit=args.delete_after_commit,
+        password=args.password.encode(), entries_per_read=args.entries_per_read, tasks_max=args.tasks_max)
+
+
+def run(argv: Sequence[str] | None = None, spark: Any = None) -> CompactionResult:
+    """Parse ``argv`` and compact; raises CompactionError (BadArgumentError for bad input).
+
+    With ``--engine spark`` and no ``spark`` given, uses the active session (spark-submit's) or
+    builds one, and stops a session it built itself.
+    """
+    args = build_parser().parse_args(argv)
+    cfg = config_from_args(args)
+    if args.engine == "local":
+        return compact(cfg, None)
+    if spark is not None:
+        return compact(cfg, spark)
+    from pyspark.sql import SparkSession
+
+    active = SparkSession.getActiveSession()
+    session = active or SparkSession.builder.appName("compact_to_delta").getOrCreate()
+    try:
+        return compact(cfg, session)
+    finally:
+        if active is None:
+            session.stop()
+
+
+def main(argv: Sequence[str] | None = None, spark: Any = None) -> int:
+    try:
+        result = run(argv, spark)
+    except BadArgumentError as e:
+        print(f"compact_to_delta: {e}", file=sys.stderr)
+        return 2
+    except (CompactionError, LedgerError) as e:
+        print(f"compact_to_delta: {e}", file=sys.stderr)
+        return 1
+    print(json.dumps(result.summary()))
+    return 0
+
+
+if __name__ == "__main__":
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("kazoo").setLevel(logging.WARNING)
+    sys.exit(main())
