@@ -8,7 +8,7 @@ from collections.abc import Callable
 from metadata import MetadataError, MetadataStore
 
 from .placement import BookieNode
-from .transport import BookieClient
+from .transport import BookieClient, StreamLimits
 
 
 class BookieRegistry:
@@ -63,9 +63,9 @@ class BookieRegistry:
 class BookiePool:
     """One BookieClient per bookie id, created on first use, closed with the client."""
 
-    def __init__(self, timeout_ms: int, batch_entries_max: int) -> None:
+    def __init__(self, timeout_ms: int, limits: StreamLimits) -> None:
         self._timeout_ms = timeout_ms
-        self._batch = batch_entries_max
+        self._limits = limits
         self._clients: dict[str, BookieClient] = {}
         self._lock = threading.Lock()
 
@@ -76,7 +76,7 @@ class BookiePool:
         with self._lock:
             c = self._clients.get(bookie_id)
             if c is None:
-                c = BookieClient(bookie_id, timeout_ms=self._timeout_ms, batch_entries_max=self._batch)
+                c = BookieClient(bookie_id, timeout_ms=self._timeout_ms, limits=self._limits)
                 self._clients[bookie_id] = c
             return c
 

@@ -30,6 +30,7 @@ from .placement import EnsemblePlacement
 from .protocol.framing import Digester, DigestType, master_key
 from .read_handle import ReadHandle
 from .recovery import LedgerRecovery
+from .transport import StreamLimits
 from .write_handle import WriteHandle
 
 log = logging.getLogger(__name__)
@@ -88,7 +89,10 @@ class LedgerClient:
         self.store: MetadataStore = metadata_store
         with metadata_errors("watch bookies", ledger_op=False):
             self.registry = BookieRegistry(self.store)
-        self.pool = BookiePool(self.config.read_timeout_ms, self.config.bookie_batch_entries_max)
+        cfg = self.config
+        self.pool = BookiePool(cfg.read_timeout_ms, StreamLimits(
+            batch_entries_max=cfg.bookie_batch_entries_max, in_flight_adds_max=cfg.bookie_in_flight_adds_max,
+            backlog_adds_max=cfg.bookie_backlog_adds_max))
         self.placement = EnsemblePlacement(random.Random(self.config.placement_seed))
         self._executor = ThreadPoolExecutor(max_workers=8, thread_name_prefix="ledger-client")
         self._writers: weakref.WeakSet[WriteHandle] = weakref.WeakSet()

@@ -23,6 +23,8 @@ class ClientConfig:
     metadata_retries_max: int = 30            # CAS retries of one metadata change
     operation_timeout_ms: int = 60_000        # an append, open, recovery or close never waits longer
     bookie_batch_entries_max: int = 512       # adds per stream message to one bookie
+    bookie_in_flight_adds_max: int = 10_000   # sent to one bookie, not yet answered (< its per-stream limit)
+    bookie_backlog_adds_max: int = 200_000    # waiting for one bookie; beyond, it is too slow and is replaced
     placement_seed: int | None = None         # seed of the placement randomness (tests, simulation)
 
     def __post_init__(self) -> None:
@@ -30,5 +32,6 @@ class ClientConfig:
             v = getattr(self, f.name)
             if isinstance(v, int) and not isinstance(v, bool) and v < 0:
                 raise IncorrectParameterError(f"client config {f.name} must not be negative")
-        if self.outstanding_adds_max < 1 or self.bookie_batch_entries_max < 1:
-            raise IncorrectParameterError("outstanding_adds_max and bookie_batch_entries_max must be >= 1")
+        if min(self.outstanding_adds_max, self.bookie_batch_entries_max, self.bookie_in_flight_adds_max,
+               self.bookie_backlog_adds_max) < 1:
+            raise IncorrectParameterError("outstanding_adds_max and the bookie_* add limits must be >= 1")

@@ -14,6 +14,7 @@ import queue
 import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
+from dataclasses import dataclass
 from typing import Any, Protocol, cast
 
 import grpc
@@ -82,16 +83,37 @@ class _FutureSink:
                                                       entry_id=eid, detail=detail))
 
 
+@dataclass(frozen=True)
+class StreamLimits:
+    """Bounds of one add stream.
+
+    With Qa < Qw an entry completes before its slowest replica answers, so a writer's own bound
+    (outstanding_adds_max) does not bound what one lagging bookie has to absorb. in_flight_adds_max
+    keeps what was sent and not answered under the bookie's in_flight_adds_per_stream_max (else the
+    bookie answers ETOOMANYREQUESTS and gets replaced for being merely behind); the rest waits
+    here, up to backlog_adds_max, beyond which the bookie is too slow to keep and the add fails
+    (BookieUnavailableError: the writer replaces it, as BookKeeper does with a slow bookie).
+    """
+
+    batch_entries_max: int = 512
+    batch_bytes_max: int = 4 << 20
+    in_flight_adds_max: int = 10_000
+    backlog_adds_max: int = 200_000
+
+
 class _AddStream:
     """One bidirectional AddStream call and the callbacks waiting on it."""
 
-    def __init__(self, stub: pb_grpc.BookieStub, batch_entries_max: int, batch_bytes_max: int,
-                 address: str) -> None:
+    def __init__(self, stub: pb_grpc.BookieStub, limits: StreamLimits, address: str) -> None:
         self._q: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._pending: dict[int, tuple[AddSink, int]] = {}
         self._lock = threading.Lock()
-        self._batch_entries_max = batch_entries_max
-        self._batch_bytes_max = batch_bytes_max
+        self._batch_entries_max = limits.batch_entries_max
+        self._batch_bytes_max = limits.batch_bytes_max
+        self._in_flight_max = limits.in_flight_adds_max
+        self._backlog_max = limits.backlog_adds_max
+        self._sent = 0                       # adds sent and not yet answered
+        self._room = threading.Condition()   # the sender waits here while _sent is at the bound
         self._address = address
         self.broken: BaseException | None = None
         self._call = stub.AddStream(self._requests())
@@ -102,8 +124,9 @@ class _AddStream:
         """Drain whatever is queued into one message, column-wise per ledger (pb.LedgerAdds): a few
         list appends per entry here, and the message is built in C from the lists."""
         get, get_nowait = self._q.get, self._q.get_nowait
-        entries_max, bytes_max = self._batch_entries_max, self._batch_bytes_max
+        bytes_max = self._batch_bytes_max
         while True:
+            entries_max = self._wait_for_room()
             item = get()
             if item is _STOP:
                 return
@@ -128,6 +151,8 @@ class _AddStream:
                 if item is _STOP:
                     stop = True
                     break
+            with self._room:
+                self._sent += n
             yield pb.AddBatch(ledger_adds=[
                 pb.LedgerAdds(ledger_id=lid, flag=cast(pb.AddFlag, flag), master_key=key, entry_ids=eids,
                               request_ids=rids, bodies=bodies)
@@ -135,11 +160,24 @@ class _AddStream:
             if stop:
                 return
 
+    def _wait_for_room(self) -> int:
+        """Block while the bookie holds in_flight_adds_max of ours; then how many may go now."""
+        with self._room:
+            while self._sent >= self._in_flight_max and self.broken is None:
+                self._room.wait(1.0)
+            return max(1, min(self._batch_entries_max, self._in_flight_max - self._sent))
+
+    def _answered(self, n: int) -> None:
+        with self._room:
+            self._sent -= n
+            self._room.notify()
+
     def _read(self) -> None:
         pending = self._pending
         address = self._address
         try:
             for resp in self._call:
+                self._answered(len(resp.ok_request_ids) + len(resp.responses))
                 groups: dict[AddSink, tuple[list[int], list[tuple[int, int, str]]]] = {}
                 for rid in resp.ok_request_ids:
                     t = pending.pop(rid, None)
@@ -167,8 +205,14 @@ class _AddStream:
             groups.setdefault(sink, []).append((eid, TRANSPORT_FAILURE, detail))
         for sink, failed in groups.items():
             sink.on_add_results(self._address, [], failed)
+        with self._room:
+            self._room.notify_all()
 
     def send(self, item: tuple[int, int, bytes, bytes, int, int], sink: AddSink) -> None:
+        if len(self._pending) >= self._backlog_max:
+            raise errors.BookieUnavailableError(
+                f"{self._address}: {len(self._pending)} adds waiting for this bookie (backlog_adds_max); "
+                "it is too far behind the others")
         rid = item[5]
         self._pending[rid] = (sink, item[1])
         if self.broken is not None:  # lost a race with _fail: whoever removes the callback calls it
@@ -186,7 +230,8 @@ class BookieClient:
     """Thread-safe client of one bookie at `address` ("host:port")."""
 
     def __init__(self, address: str, *, timeout_ms: int = 10_000, batch_entries_max: int = 512,
-                 batch_bytes_max: int = 4 << 20, message_bytes_max: int = 64 << 20) -> None:
+                 batch_bytes_max: int = 4 << 20, message_bytes_max: int = 64 << 20,
+                 limits: StreamLimits | None = None) -> None:
         self.address = address
         self._timeout_s = timeout_ms / 1000.0
         self._channel = grpc.insecure_channel(address, options=[
@@ -194,7 +239,7 @@ class BookieClient:
             ("grpc.max_send_message_length", message_bytes_max),
         ])
         self._stub = pb_grpc.BookieStub(self._channel)
-        self._batch = (batch_entries_max, batch_bytes_max)
+        self._limits = limits or StreamLimits(batch_entries_max=batch_entries_max, batch_bytes_max=batch_bytes_max)
         self._stream: _AddStream | None = None
         self._lock = threading.Lock()
         self._ids = itertools.count(1)
@@ -205,8 +250,8 @@ class BookieClient:
     def add_async(self, ledger_id: int, entry_id: int, master_key: bytes, body: bytes,
                   sink: AddSink, *, recovery: bool = False) -> None:
         """Queue one add; its result reaches `sink.on_add_results` on this connection's reader thread
-        (TRANSPORT_FAILURE when the connection broke). Unbounded here: callers bound what they
-        have outstanding (a ledger's outstanding_adds_max)."""
+        (TRANSPORT_FAILURE when the connection broke). BookieUnavailableError when the bookie
+        already has backlog_adds_max adds of ours waiting (see StreamLimits)."""
         stream = self._stream
         if stream is None or stream.broken is not None:
             stream = self._new_stream()
@@ -225,7 +270,7 @@ class BookieClient:
             if self._closed:
                 raise errors.BookieUnavailableError(f"client of {self.address} is closed")
             if self._stream is None or self._stream.broken is not None:
-                self._stream = _AddStream(self._stub, *self._batch, self.address)
+                self._stream = _AddStream(self._stub, self._limits, self.address)
             return self._stream
 
     # ------------------------------------------------------------------ unary calls

@@ -13,9 +13,10 @@ import grpc
 import pytest
 from bookie_helpers import KEY, add_all, body, check_entry, dir_bytes, wait_until
 
+from ledger_client import errors
 from ledger_client.protocol import bookkeeper_pb2 as pb
 from ledger_client.protocol.framing import master_key
-from ledger_client.transport import BookieClient
+from ledger_client.transport import BookieClient, StreamLimits
 from spark_bookie.zookeeper import free_port
 
 pytestmark = pytest.mark.integration
@@ -124,6 +125,30 @@ def test_too_many_adds_in_flight(cluster_factory):
         assert pb.ETOOMANYREQUESTS in statuses
         resp = add_all(c, 6, range(400, 401))
         assert resp[0].status == pb.EOK
+
+
+def test_client_keeps_in_flight_adds_under_the_bookies_bound(cluster_factory):
+    """The same flood as above, with the client's in-flight bound under the bookie's: nothing is
+    refused (the rest waits in the client), and every add becomes durable."""
+    sb = cluster_factory(1, in_flight_adds_per_stream_max=50)
+    limits = StreamLimits(batch_entries_max=500, in_flight_adds_max=40)
+    with BookieClient(sb.bookies[0].bookie_id, limits=limits) as c:
+        assert {r.status for r in add_all(c, 6, range(400))} == {pb.EOK}
+        check_entry(c, 6, 399)
+
+
+def test_a_bookie_too_far_behind_is_refused_more_adds(cluster_factory):
+    """backlog_adds_max bounds what waits for one bookie: the next add fails at once with
+    BookieUnavailableError (a writer then replaces that bookie) instead of growing memory."""
+    sb = cluster_factory(1)
+    limits = StreamLimits(in_flight_adds_max=1, backlog_adds_max=5)
+    with BookieClient(sb.bookies[0].bookie_id, limits=limits) as c:
+        futures = []
+        with pytest.raises(errors.BookieUnavailableError, match="backlog_adds_max"):
+            for e in range(1000):
+                futures.append(c.add(8, e, KEY, body(8, e)))
+        assert 5 <= len(futures) < 1000
+        assert all(f.result(timeout=20).status == pb.EOK for f in futures)
 
 
 def test_read_only_mode_engages_and_clears(cluster_factory, tmp_path):
