@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from metadata import LedgerMetadata
 
@@ -19,6 +19,9 @@ from .entry import LedgerEntry
 from .protocol.framing import DigestType
 from .read_handle import ReadHandle
 from .write_handle import WriteHandle
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 
 class AsyncWriteHandle:
@@ -58,6 +61,9 @@ class AsyncReadHandle:
 
     async def read(self, first: int, last: int) -> list[LedgerEntry]:
         return await asyncio.to_thread(self.sync.read, first, last)
+
+    async def read_arrow(self, first: int, last: int) -> pa.RecordBatch:
+        return await asyncio.to_thread(self.sync.read_arrow, first, last)
 
     async def read_unconfirmed(self, first: int, last: int) -> list[LedgerEntry]:
         return await asyncio.to_thread(self.sync.read_unconfirmed, first, last)

@@ -25,7 +25,11 @@ from .transport import rpc_error, status_error
 from .transport.completion import as_completed
 
 if TYPE_CHECKING:
+    import pyarrow as pa
+
     from .client import LedgerClient
+    from .config import ClientConfig
+    from .transport import BookieClient
 
 
 class _FirstValid:
@@ -131,6 +135,29 @@ class ReadHandle:
             self._advance_lac(md.last_entry_id)
         return md
 
+    # ---- for ledger_client.arrow (same package; the scan reuses this handle's replicas and failover)
+
+    @property
+    def digester(self) -> Digester:
+        return self._digester
+
+    @property
+    def client_config(self) -> ClientConfig:
+        return self._client.config
+
+    def bookie(self, bookie_id: str) -> BookieClient:
+        return self._client.pool.get(bookie_id)
+
+    def next_rotation(self) -> int:
+        """Which replica a range read starts at: rotates so repeated scans spread over replicas."""
+        with self._lock:
+            self._rotate += 1
+            return self._rotate
+
+    def entry_reads(self, first: int, last: int, bookies: list[str]) -> list[LedgerEntry]:
+        """Per-entry reads with speculative failover over one fragment's `bookies`."""
+        return self._entry_reads(first, last, bookies)
+
     def decode(self, entry_id: int, body: bytes) -> LedgerEntry:
         try:
             _lac, _length, data = self._digester.unframe(body, self.ledger_id, entry_id)
@@ -152,6 +179,24 @@ class ReadHandle:
                 f"entry {last} of ledger {self.ledger_id} is past the last add confirmed ({self._lac}); "
                 "use read_unconfirmed() or read_last_add_confirmed() first")
         return self._read(first, last)
+
+    def read_arrow(self, first: int, last: int) -> pa.RecordBatch:
+        """Entries first..last as one Arrow batch (ledger_id int64, entry_id int64, payload binary).
+
+        Same rules as read() (last <= LAC, digests checked, failover); built from batched range
+        reads without a Python object per entry (ledger_client.arrow). An empty range
+        (last == first - 1, e.g. 0..LAC of an empty ledger) gives an empty batch.
+        """
+        from .arrow import read_arrow
+
+        if last == first - 1 and isinstance(first, int) and first >= 0:
+            return read_arrow(self, first, last)
+        self._check_range(first, last)
+        if last > self._lac:
+            raise errors.IncorrectParameterError(
+                f"entry {last} of ledger {self.ledger_id} is past the last add confirmed ({self._lac}); "
+                "use read_last_add_confirmed() first")
+        return read_arrow(self, first, last)
 
     def read_unconfirmed(self, first: int, last: int) -> list[LedgerEntry]:
         """Entries that may not be confirmed yet (BookKeeper's readUnconfirmedEntries)."""

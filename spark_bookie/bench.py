@@ -37,6 +37,12 @@ def add_bench_parser(p: argparse.ArgumentParser) -> None:
     from .bench_append import add_append_parser
 
     add_append_parser(sub)
+    from .bench_recovery import add_recovery_parser
+
+    add_recovery_parser(sub)
+    from .bench_scan import add_scan_parser
+
+    add_scan_parser(sub)
 
 
 def run_bench(args: argparse.Namespace) -> int:
