@@ -28,13 +28,12 @@ from typing import Any
 
 from jobs.delta_compaction import (
     PARTITION_COLUMN,
-    BadArgumentError,
     CompactionConfig,
-    CompactionError,
     CompactionResult,
     compact,
     parse_ledger_ids,
 )
+from jobs.errors import BadArgumentError, CompactionError
 from ledger_client.errors import LedgerError
 
 

@@ -44,6 +44,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from jobs.errors import BadArgumentError, ConcurrentCompactionError, TableMismatchError
 from ledger_client.protocol.checks import invariant
 
 if TYPE_CHECKING:
@@ -62,22 +63,6 @@ TXN_VERSION = 1   # a closed ledger never changes: one version per app id ("comm
 TABLE_SCHEMA = pa.schema([("ledger_id", pa.int64()), ("entry_id", pa.int64()), ("payload", pa.binary()),
                           ("ctime_date", pa.date32())])
 """Every column of the table, in order (what a reader gets back)."""
-
-
-class CompactionError(Exception):
-    """Compaction could not run or could not commit; nothing was committed by this run."""
-
-
-class BadArgumentError(CompactionError):
-    """Bad input: a malformed ledger list, an unknown partitioning, a non-positive limit."""
-
-
-class TableMismatchError(BadArgumentError):
-    """The table exists with another schema or partitioning than this compaction writes."""
-
-
-class ConcurrentCompactionError(CompactionError):
-    """Another run committed some of the same ledgers first; this run's files stay uncommitted."""
 
 
 # ---------------------------------------------------------------------------------- configuration

@@ -31,6 +31,8 @@ from urllib.parse import unquote, urlparse
 
 import pyarrow as pa
 
+from jobs.errors import DeltaReadError
+
 if TYPE_CHECKING:
     from deltalake import DeltaTable
     from pyspark.sql import DataFrame, SparkSession
@@ -41,10 +43,6 @@ log = logging.getLogger(__name__)
 DELTA_SOURCE_CLASS = "org.apache.spark.sql.delta.sources.DeltaDataSource"
 _UNSUPPORTED_READER_FEATURES = {"deletionVectors", "columnMapping"}
 _HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"
-
-
-class DeltaReadError(Exception):
-    """The table cannot be read correctly this way (a reader feature plain parquet cannot honour)."""
 
 
 def delta_jars_available(spark: SparkSession) -> bool:

@@ -59,3 +59,11 @@ class StorageIOError(BookieError):
 
 class CorruptDataError(StorageIOError):
     """Stored bytes do not match their checksum."""
+
+
+class ShellError(Exception):
+    """A failure the shell detects itself (e.g. simpletest read back different bytes)."""
+
+
+class SlotBusyError(StartupError):
+    """Another live process holds this host's directory of a Spark-hosted bookie slot."""

@@ -56,6 +56,8 @@ from ledger_client.protocol.checks import invariant
 from metadata import MetadataError, MetadataStore
 from metadata import connect as connect_metadata
 
+from .errors import SlotBusyError
+
 log = logging.getLogger(__name__)
 
 APP_PREFIX = "spark"  # application data of hosting applications: <root>/apps/spark/<name>/...
@@ -212,10 +214,6 @@ def _task_attempt_id() -> int | None:
 
 
 # ---------------------------------------------------------------------- the slot directory
-
-class SlotBusyError(Exception):
-    """Another live process holds this host's directory of the slot."""
-
 
 @contextlib.contextmanager
 def claim_slot(slot_dir: Path, timeout_s: float, stop: threading.Event | None = None) -> Iterator[Path]:

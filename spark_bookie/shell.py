@@ -19,6 +19,8 @@ from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from .errors import ShellError
+
 if TYPE_CHECKING:
     from ledger_client import LedgerClient, LedgerEntry, LedgerMetadata
 
@@ -29,10 +31,6 @@ ZK_SESSION_TIMEOUT_MS = 10_000
 READ_CHUNK_ENTRIES = 1_000   # readledger streams its output in chunks this size, not all at once
 
 ShellFunc = Callable[["LedgerClient", argparse.Namespace], int]
-
-
-class ShellError(Exception):
-    """A failure the shell detects itself (e.g. simpletest read back different bytes)."""
 
 
 # ---------------------------------------------------------------------- formatting helpers

@@ -18,6 +18,7 @@ from pyspark.sql import types as T
 import jobs.delta_compaction as dc
 from jobs.compact_to_delta import main
 from jobs.delta_read import delta_jars_available, read_delta
+from jobs.errors import ConcurrentCompactionError
 from ledger_client import ClientConfig, LedgerClient
 
 pytestmark = pytest.mark.spark
@@ -132,7 +133,7 @@ def test_delete_after_commit_deletes_only_compacted_ledgers(spark, cluster_facto
         listed = ",".join(str(i) for i in [*done, still_open.ledger_id, foreign])
 
         def failing_commit(*args, **kwargs):
-            raise dc.ConcurrentCompactionError("simulated lost commit")
+            raise ConcurrentCompactionError("simulated lost commit")
 
         monkeypatch.setattr(dc, "commit_files", failing_commit)
         assert main(["--zk", sb.connect_string, "--table", str(table), "--password", "pw", "--ledgers", listed,
@@ -191,7 +192,7 @@ def test_a_racing_run_on_the_same_ledgers_cannot_commit_them_again(cluster_facto
         lid = write_ledger(c, 30).ledger_id
         dc.commit_files = racing_commit
         try:
-            with pytest.raises(dc.ConcurrentCompactionError):
+            with pytest.raises(ConcurrentCompactionError):
                 dc.compact(cfg)
         finally:
             dc.commit_files = real_commit

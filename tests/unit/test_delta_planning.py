@@ -9,7 +9,6 @@ import random
 import pytest
 
 from jobs.delta_compaction import (
-    BadArgumentError,
     CompactionConfig,
     LedgerInfo,
     app_id,
@@ -24,6 +23,7 @@ from jobs.delta_compaction import (
     partition_values,
     plan_compaction,
 )
+from jobs.errors import BadArgumentError
 
 pytestmark = pytest.mark.unit
 
