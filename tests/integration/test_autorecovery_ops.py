@@ -48,7 +48,8 @@ def test_auditor_moves_when_its_process_dies_and_the_new_one_audits(cluster_fact
         dead.kill()
         wait_until(lambda: sb.store.current_auditor() == survivor.candidate_id, 30,
                    f"{survivor.candidate_id} to become the auditor")
-        assert "now the auditor" in survivor.log()
+        # The vote moves first; the survivor's election callback logs it a moment later.
+        wait_until(lambda: "now the auditor" in survivor.log(), 30, f"{survivor.candidate_id} to take over")
         with client(sb) as c:   # the new auditor (and its worker) do the job
             lids = [write_ledger(c, ENTRIES, close=True)[0] for _ in range(3)]
             victim = c.ledger_metadata(lids[0]).ensembles[0][0]
