@@ -38,7 +38,6 @@ import socket
 import sys
 import threading
 import time
-import tomllib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -49,6 +48,7 @@ from typing import Any
 from metadata import MetadataError, MetadataStore
 from metadata import connect as connect_metadata
 
+from .config import read_toml_table
 from .errors import ConfigError, StartupError
 from .hosting import (
     DEFAULT_BASE_PORT,
@@ -382,17 +382,7 @@ def health_line(h: dict[str, Any]) -> str:
 # ---------------------------------------------------------------------- command line
 
 def _read_toml_table(path: str | None, table: str) -> tuple[tuple[str, Any], ...]:
-    if path is None:
-        return ()
-    try:
-        with open(path, "rb") as f:
-            data = tomllib.load(f)
-    except FileNotFoundError as e:
-        raise ConfigError(f"configuration file {path} does not exist") from e
-    except tomllib.TOMLDecodeError as e:
-        raise ConfigError(f"configuration file {path} is not valid TOML: {e}") from e
-    values = data.get(table, data)
-    return tuple(sorted(values.items()))
+    return tuple(sorted(read_toml_table(path, table).items()))
 
 
 def _read_rack_map(path: str | None) -> tuple[tuple[str, str], ...]:

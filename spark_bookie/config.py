@@ -101,18 +101,27 @@ def _coerce(name: str, value: Any) -> Any:
     return value
 
 
+def read_toml_table(path: str | Path | None, table: str) -> dict[str, Any]:
+    """The ``[table]`` of a TOML file (or its top level when there is no such table); {} for no
+    file. ConfigError, naming the file, when it is missing or not TOML."""
+    if path is None:
+        return {}
+    try:
+        with open(path, "rb") as f:
+            data = tomllib.load(f)
+    except FileNotFoundError as e:
+        raise ConfigError(f"configuration file {path} does not exist") from e
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"configuration file {path} is not valid TOML: {e}") from e
+    values = data.get(table, data)
+    if not isinstance(values, dict):
+        raise ConfigError(f"{path}: [{table}] must be a table")
+    return values
+
+
 def load_config(path: str | Path | None = None, **overrides: Any) -> BookieConfig:
     """Defaults < TOML file < overrides (None values in overrides are ignored)."""
-    values: dict[str, Any] = {}
-    if path is not None:
-        try:
-            with open(path, "rb") as f:
-                data = tomllib.load(f)
-        except FileNotFoundError as e:
-            raise ConfigError(f"configuration file {path} does not exist") from e
-        except tomllib.TOMLDecodeError as e:
-            raise ConfigError(f"configuration file {path} is not valid TOML: {e}") from e
-        values.update(data.get("bookie", data))
+    values: dict[str, Any] = dict(read_toml_table(path, "bookie"))
     values.update({k: v for k, v in overrides.items() if v is not None})
     known = {f.name for f in dataclasses.fields(BookieConfig)} - {"extra"}
     extra = {k: v for k, v in values.items() if k not in known}
