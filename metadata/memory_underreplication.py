@@ -12,8 +12,9 @@ from __future__ import annotations
 import threading
 from typing import TYPE_CHECKING
 
+from metadata.errors import BadVersionError, NodeExistsError, NoNodeError
 from metadata.store import SessionWorker
-from metadata.underreplication_base import NodeState, UnderReplicationBase, Wake
+from metadata.underreplication_base import NodeState, NotEmptyError, Op, UnderReplicationBase, Wake
 
 if TYPE_CHECKING:
     from metadata.memory import InMemoryZooKeeper
@@ -43,15 +44,17 @@ class InMemoryUnderReplication(UnderReplicationBase):
         self._ur_shutdown(tell=tell)
 
     def _ur_tree_changed(self, path: str) -> None:
-        """Tree hook (tree lock held): fire one-shot watches of ``path``; any change below
-        ``underreplication`` may free a ledger for a waiting acquire."""
+        """Tree hook (tree lock held): fire one-shot watches of ``path``; a node created or deleted
+        changes its parent's listing (and a deleted one its own), which is what child watches
+        report; any change below ``underreplication`` may free a ledger for a waiting acquire."""
         if not path.startswith(self._ur_prefix):
             return
         with self._ur_watch_lock:
             wakes = self._ur_oneshots.pop(path, [])
         for wake in wakes:
             wake(None)
-        self._ur_poke()
+        self._ur_view.invalidate(path)
+        self._ur_listing_changed(path.rsplit("/", 1)[0])
 
     # -- primitives --------------------------------------------------------------------------
     def _ur_get_many(self, paths: list[str]) -> list[NodeState | None]:
@@ -59,8 +62,34 @@ class InMemoryUnderReplication(UnderReplicationBase):
         return [self.zk.get(path) for path in paths]
 
     def _ur_children_many(self, paths: list[str], *, watch: bool) -> list[list[str] | None]:
-        self._check("list under-replication")  # watch: the tree hook pokes on every change
+        self._check("list under-replication")  # watch: the tree hook reports every change
         return [self.zk.children(path) for path in paths]
+
+    def _ur_pipeline(self, ops: list[Op], *, retry: bool) -> list[object]:
+        out: list[object] = []
+        with self.zk.lock:
+            self._check("under-replication")
+            for op in ops:
+                try:
+                    if op.kind == "create":
+                        self.zk.create(op.path, op.data, owner=self.session_id if op.ephemeral else None)
+                        out.append(op.path)
+                    elif op.kind == "get":
+                        out.append(self.zk.get(op.path))
+                    elif op.kind == "delete":
+                        self._ur_delete_node(op.path, op.version)
+                        out.append(None)
+                    else:
+                        raise ValueError(f"unknown pipelined request {op.kind!r}")
+                except (NotEmptyError, NoNodeError, NodeExistsError, BadVersionError) as e:
+                    out.append(e)
+        return out
+
+    def _ur_delete_node(self, path: str, version: int) -> None:
+        """Tree lock held. The tree reports children as a plain MetadataError: ours is typed."""
+        if self.zk.children(path):
+            raise NotEmptyError(f"{path} has children")
+        self.zk.delete(path, version)
 
     def _ur_create(self, path: str, data: bytes, *, ephemeral: bool = False, sequential: bool = False) -> str:
         with self.zk.lock:
@@ -75,18 +104,9 @@ class InMemoryUnderReplication(UnderReplicationBase):
         return self.zk.set(path, data, version)
 
     def _ur_delete(self, path: str, version: int = -1, *, retry: bool = True) -> None:
-        self._check(f"delete {path}")
-        self.zk.delete(path, version)
-
-    def _ur_delete_if_empty(self, path: str) -> bool:
         with self.zk.lock:
             self._check(f"delete {path}")
-            children = self.zk.children(path)
-            if children:
-                return False
-            if children is not None:
-                self.zk.delete(path)
-            return True
+            self._ur_delete_node(path, version)
 
     def _ur_watch(self, path: str, wake: Wake) -> NodeState | None:
         with self.zk.lock:
@@ -100,3 +120,9 @@ class InMemoryUnderReplication(UnderReplicationBase):
 
     def _ur_session(self) -> int | None:
         return self.session_id
+
+    def _ur_live_session(self) -> int | None:
+        return self.session_id if self.zk.available else None
+
+    def _ur_ensure_live(self, what: str) -> None:
+        self._check(what)

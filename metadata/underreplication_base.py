@@ -18,11 +18,19 @@ Data formats (small, versioned JSON, UTF-8):
 Threads: the election, the delay watch and every callback run on one worker thread per store
 (``<store>-underreplication``); backends' watch callbacks only poke a condition or queue work
 there, so nothing blocks ZooKeeper's event thread.
+
+Cost per ledger (what bounds re-replication on a busy machine, where each ZooKeeper request costs
+~0.2-0.3 ms of client CPU): acquire = one round trip (lock create + node read, pipelined) on top
+of the bucket listings cached between child-watch events (:mod:`metadata.underreplication_view`);
+mark_replicated = one round trip (CAS delete + leaf-bucket prune) plus the lock's delete. The
+lock holder keeps the node's record (:meth:`UnderReplicationBase.acquired_missing_replicas`), so a
+worker needs no second read. The election is :mod:`metadata.underreplication_election`.
 """
 
 from __future__ import annotations
 
 import abc
+import enum
 import json
 import logging
 import os
@@ -30,7 +38,7 @@ import random
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING
@@ -39,22 +47,15 @@ from metadata.errors import (
     BadVersionError,
     InvalidMetadataError,
     MetadataError,
-    MetadataUnavailableError,
     MetadataUpdateConflictError,
     NodeExistsError,
     NoNodeError,
     StoreClosedError,
 )
-from metadata.layout import (
-    UR_VOTE_PREFIX,
-    ZkLayout,
-    check_bookie_id,
-    check_ledger_id,
-    is_ur_bucket_name,
-    ur_ledger_id,
-    vote_sequence,
-)
-from metadata.underreplication import ElectionCallback, UnderReplicationStore
+from metadata.layout import ZkLayout, check_bookie_id, check_ledger_id
+from metadata.underreplication import UnderReplicationStore
+from metadata.underreplication_election import AuditorElection, _Candidate
+from metadata.underreplication_view import EMPTY_FOR_S, LeafGroup, QueueView
 
 if TYPE_CHECKING:
     from metadata.store import SessionListener, SessionWorker
@@ -62,19 +63,48 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 FORMAT_VERSION = 1
-#: A waiting acquire re-scans at least this often even if no watch fired (belt and braces: a
-#: watch lost with a connection is re-armed on reconnection anyway).
+#: A waiting acquire re-scans at least this often even if no watch fired, and no cached listing is
+#: used once older than this (belt and braces: a watch lost with a connection is re-armed on
+#: reconnection anyway).
 RESCAN_S = 5.0
 #: ... and never more often than this, however busy the queue (no busy polling).
 MIN_SCAN_INTERVAL_S = 0.1
-RETRY_S = 1.0  # election / delay-watch retry after a ZooKeeper error
+#: A listing outdated by a watch still guides a search for this long before it is fetched again:
+#: on a busy queue the buckets and the locks change with every ledger taken or finished, and
+#: re-listing them per acquire was the cost this cache removes. Only hints come from it.
+REFRESH_S = 0.1
+_DRAW_MISSES_MAX = 16  # random draws in a row that hit a taken ledger before a full pass
+_DONE_HINTS_MAX = 4096  # completion hints kept before old ones are trimmed
+RETRY_S = 1.0  # delay-watch retry after a ZooKeeper error
 CAS_TRIES_MAX = 100  # lost races in a row before mark_underreplicated gives up
-_RECHECKS_MAX = 20  # election: votes vanishing under us this many times in a row means retry later
 
 #: A one-shot watch callback. ZooKeeper calls it with its event, the twin with None; it runs on a
 #: backend thread and must not block.
 Wake = Callable[[object], None]
 NodeState = tuple[bytes, int, int | None]  # (data, version, ephemeral owner session or None)
+
+
+class NotEmptyError(MetadataError):
+    """A delete found children under the node (a pipelined prune's expected outcome)."""
+
+
+@dataclass(frozen=True)
+class Op:
+    """One request of a :meth:`UnderReplicationBase._ur_pipeline` batch: ``create`` (``data``,
+    ``ephemeral``), ``get`` or ``delete`` (CAS on ``version`` unless -1)."""
+
+    kind: str
+    path: str
+    data: bytes = b""
+    version: int = -1
+    ephemeral: bool = False
+
+
+def _raisable(outcome: object) -> BaseException:
+    """A pipeline outcome the caller did not expect, as something to raise."""
+    if isinstance(outcome, BaseException):
+        return outcome
+    return MetadataError(f"unexpected ZooKeeper answer {outcome!r}")
 
 
 # -- data formats ---------------------------------------------------------------------------------
@@ -119,31 +149,18 @@ def decode_delay_s(data: bytes | None, where: str) -> int:
         raise InvalidMetadataError(f"{where}: not a number of seconds: {data[:40]!r}") from e
 
 
-def ordered_votes(names: Iterable[str]) -> list[str]:
-    """Auditor votes by ZooKeeper sequence number, lowest (the auditor) first; other names dropped."""
-    seqs = [(seq, name) for name in names if (seq := vote_sequence(name)) is not None]
-    return [name for _, name in sorted(seqs)]
-
-
 # -- per-store state --------------------------------------------------------------------------------
+class _Lock(enum.Enum):
+    TAKEN_BY_US = "taken by us"
+    TAKEN = "someone else's"
+    NO_NODE = "no node"  # the ledger's node is not there: finished, or not created yet
+
+
 @dataclass(frozen=True)
 class _HeldLock:
     version: int  # the under-replicated node's version seen when the lock was taken
     session: int | None  # the session owning the lock node
-
-
-@dataclass(eq=False)
-class _Candidate:
-    candidate_id: str
-    on_change: ElectionCallback
-    lock: threading.Lock = field(default_factory=threading.Lock)  # guards the fields below
-    stand_lock: threading.Lock = field(default_factory=threading.Lock)  # one vote creation at a time
-    vote: str | None = None  # name of our vote node on the current session
-    is_auditor: bool = False  # what on_change was last told
-    withdrawn: bool = False
-    uncertain: bool = False  # a vote creation's outcome is unknown: an orphan vote may exist
-    retry_pending: bool = False
-    wake: Wake = field(default=lambda _e: None)
+    missing: list[str] | None = None  # the node's missing replicas at that version (None: unreadable)
 
 
 @dataclass(eq=False)
@@ -155,7 +172,7 @@ class _DelayWatch:
     wake: Wake = field(default=lambda _e: None)
 
 
-class UnderReplicationBase(UnderReplicationStore):
+class UnderReplicationBase(AuditorElection, UnderReplicationStore):
     """The queue, locks, switches and election on top of the backend's primitives.
 
     A backend calls :meth:`_ur_init` once its session worker exists and :meth:`_ur_shutdown` when
@@ -177,8 +194,17 @@ class UnderReplicationBase(UnderReplicationStore):
 
     @abc.abstractmethod
     def _ur_children_many(self, paths: list[str], *, watch: bool) -> list[list[str] | None]:
-        """Each node's children (None if absent); ``watch`` arms a child watch that pokes waiting
-        acquires when the list changes."""
+        """Each node's children (None if absent); ``watch`` arms a child watch per path whose
+        event reaches :meth:`_ur_listing_changed` (and wakes waiting acquires)."""
+
+    @abc.abstractmethod
+    def _ur_pipeline(self, ops: list[Op], *, retry: bool) -> list[object]:
+        """Send ``ops`` together, in order (ZooKeeper applies one session's requests in order, so a
+        later op sees the effect of an earlier one), and return one outcome per op: a create's
+        path, a get's NodeState (None if absent), a delete's None, or the node error as an
+        *instance* (NoNodeError, NodeExistsError, BadVersionError, NotEmptyError), never raised.
+        Connection trouble raises: MetadataUnavailableError (after retrying the whole batch on a
+        new connection if ``retry``), StoreClosedError."""
 
     @abc.abstractmethod
     def _ur_create(self, path: str, data: bytes, *, ephemeral: bool = False, sequential: bool = False) -> str:
@@ -198,10 +224,6 @@ class UnderReplicationBase(UnderReplicationStore):
         re-created node of the same version)."""
 
     @abc.abstractmethod
-    def _ur_delete_if_empty(self, path: str) -> bool:
-        """Delete ``path`` if it has no children; False if it has some (True if deleted or absent)."""
-
-    @abc.abstractmethod
     def _ur_watch(self, path: str, wake: Wake) -> NodeState | None:
         """Read ``path`` and arm a one-shot watch calling ``wake`` on its next change (creation,
         update or deletion). ``wake`` must be the same object on every call for one subscriber
@@ -211,6 +233,17 @@ class UnderReplicationBase(UnderReplicationStore):
     def _ur_session(self) -> int | None:
         """The current session's id (None while there is none)."""
 
+    @abc.abstractmethod
+    def _ur_live_session(self) -> int | None:
+        """The session's id if connected right now, else None. A request issued at once (without
+        retry) then runs on that session or fails: what lets a lock holder skip re-reading its
+        lock node before deleting it."""
+
+    @abc.abstractmethod
+    def _ur_ensure_live(self, what: str) -> None:
+        """Return at once when connected; else wait for a connection within the operation deadline
+        (MetadataUnavailableError): answers from the cache must not hide an outage."""
+
     # -- lifecycle -----------------------------------------------------------------------------
     def _ur_init(self, worker: SessionWorker) -> None:
         """Called by the backend's constructor; ``worker`` is the thread for election steps and
@@ -219,10 +252,15 @@ class UnderReplicationBase(UnderReplicationStore):
         self._ur_mutex = threading.Lock()
         self._ur_held: dict[int, _HeldLock] = {}
         self._ur_claiming: set[int] = set()
+        self._ur_done: dict[int, float] = {}  # ledger → when we removed it (hint for listings older than that)
         self._ur_cond = threading.Condition()
         self._ur_generation = 0
         self._ur_candidates: set[_Candidate] = set()
         self._ur_delay_watches: set[_DelayWatch] = set()
+        self._ur_view = QueueView(self.paths.ur_ledgers, self.paths.ur_locks, self._ur_fetch_listings,
+                                  max_age_s=RESCAN_S)
+        self._ur_disabled: bool | None = None  # cached existence of the disable node (None: look)
+        self._ur_disable_epoch = 0
         self.add_session_listener(self._ur_session_event)
 
     def _ur_shutdown(self, *, tell: bool) -> None:
@@ -248,10 +286,26 @@ class UnderReplicationBase(UnderReplicationStore):
             self._ur_generation += 1
             self._ur_cond.notify_all()
 
+    def _ur_listing_changed(self, path: str | None) -> None:
+        """A child watch fired for ``path`` (None: every watch is gone, e.g. with the connection):
+        the cached listing is stale; waiting acquires look again. Any thread, never blocks."""
+        self._ur_view.invalidate(path)
+        self._ur_poke()
+
+    def _ur_disable_changed(self, _event: object = None) -> None:
+        """The disable node's watch fired: look at it again on the next acquire."""
+        with self._ur_mutex:
+            self._ur_disabled = None
+            self._ur_disable_epoch += 1
+        self._ur_poke()
+
     def _ur_session_event(self, event: str) -> None:
         """Session worker thread. LOST: our locks and votes are gone with the session; forget the
         locks (the holder must not delete a node another worker now owns) and stand again.
-        CONNECTED: watches may have been dropped with the connection, so re-arm everything."""
+        CONNECTED: watches may have been dropped with the connection, so re-arm everything (the
+        queue's cached listings and the disable flag are simply fetched again)."""
+        self._ur_view.invalidate(None)
+        self._ur_disable_changed()
         with self._ur_mutex:
             candidates = list(self._ur_candidates)
             watches = list(self._ur_delay_watches)
@@ -270,6 +324,9 @@ class UnderReplicationBase(UnderReplicationStore):
     # -- helpers --------------------------------------------------------------------------------
     def _ur_get(self, path: str) -> NodeState | None:
         return self._ur_get_many([path])[0]
+
+    def _ur_fetch_listings(self, paths: list[str]) -> list[list[str] | None]:
+        return self._ur_children_many(paths, watch=True)
 
     def _ur_create_path(
         self, path: str, data: bytes, *, ephemeral: bool = False, sequential: bool = False
@@ -309,24 +366,6 @@ class UnderReplicationBase(UnderReplicationStore):
             except NoNodeError:
                 return  # pruned by a concurrent mark_replicated: the caller tries again
 
-    def _ur_walk(self, *, watch: bool) -> list[tuple[int, str]]:
-        """Every ``(ledger id, node path)`` of the under-replicated hierarchy (4 bucket levels)."""
-        level = [self.paths.ur_ledgers]
-        for _ in range(4):
-            level = [
-                f"{parent}/{name}"
-                for parent, names in zip(level, self._ur_children_many(level, watch=watch), strict=True)
-                for name in names or []
-                if is_ur_bucket_name(name)
-            ]
-        leaves: list[tuple[int, str]] = []
-        for parent, names in zip(level, self._ur_children_many(level, watch=watch), strict=True):
-            for name in names or []:
-                lid = ur_ledger_id(name)
-                if lid is not None:
-                    leaves.append((lid, f"{parent}/{name}"))
-        return leaves
-
     # -- the queue ----------------------------------------------------------------------------
     def mark_underreplicated(self, ledger_id: int, missing: Iterable[str]) -> None:
         path = self.paths.ur_ledger(ledger_id)
@@ -335,7 +374,7 @@ class UnderReplicationBase(UnderReplicationStore):
             got = None if attempt == 0 else self._ur_get(path)  # most marks are of a new ledger
             if got is None:
                 try:
-                    self._ur_create_path(path, encode_underreplicated(wanted, int(time.time() * 1000)))
+                    self._ur_create_marked(path, encode_underreplicated(wanted, int(time.time() * 1000)), attempt)
                     return
                 except NodeExistsError:
                     continue  # marked already (by someone, or by our retried create): merge
@@ -349,23 +388,63 @@ class UnderReplicationBase(UnderReplicationStore):
                 continue
         raise MetadataUpdateConflictError(f"marking ledger {ledger_id} lost {CAS_TRIES_MAX} races in a row")
 
+    def _ur_create_marked(self, path: str, data: bytes, attempt: int) -> None:
+        """Create a ledger's node. The first try sends its leaf bucket's creation and its own
+        together (each ledger id below 2**16 has a bucket of its own: one round trip, not three);
+        NodeExistsError if the node is there."""
+        bucket = path.rsplit("/", 1)[0]
+        if attempt == 0:
+            _, node_done = self._ur_pipeline([Op("create", bucket), Op("create", path, data)], retry=True)
+            if isinstance(node_done, str):
+                self._ur_listing_changed(bucket.rsplit("/", 1)[0])  # read our own write at once
+                return
+            if isinstance(node_done, NodeExistsError):
+                raise node_done
+            if not isinstance(node_done, NoNodeError):
+                raise _raisable(node_done)
+            # a missing grand-parent bucket: the slow path makes every parent
+        self._ur_create_path(path, data)
+        for _ in range(4):
+            bucket = bucket.rsplit("/", 1)[0]
+            self._ur_listing_changed(bucket)
+
     def list_underreplicated(self) -> dict[int, list[str]]:
-        leaves = self._ur_walk(watch=False)
+        groups, _ = self._ur_view.leaf_groups(0.0, refetch=True)  # exact: other sessions' marks too
+        ids = sorted(lid for g in groups for lid in g.ids)
         out: dict[int, list[str]] = {}
-        for (lid, path), got in zip(leaves, self._ur_get_many([p for _, p in leaves]), strict=True):
+        for lid, got in zip(ids, self._ur_get_many([self.paths.ur_ledger(lid) for lid in ids]), strict=True):
             if got is None:
-                continue  # replicated while we listed
+                continue  # replicated while we listed (or an empty bucket left behind)
             try:
-                out[lid] = decode_underreplicated(got[0], path)[0]
+                out[lid] = decode_underreplicated(got[0], self.paths.ur_ledger(lid))[0]
             except InvalidMetadataError as e:
                 log.error("%s; listed with no known missing replicas", e)
                 out[lid] = []
-        return dict(sorted(out.items()))
+        return out
+
+    def underreplicated_ids(self) -> list[int]:
+        """Ids of the queued ledgers as the bucket names spell them, reading no ledger node and
+        re-listing only what a watch said changed: cheap enough to poll (benchmarks, dashboards).
+        As current as the watch events received (other sessions' marks show up once their event
+        arrives, our own at once); a ledger just replicated may be listed until its bucket is
+        pruned. list_underreplicated is exact."""
+        self._ur_ensure_live("list under-replicated ledgers")
+        groups, _ = self._ur_view.leaf_groups(0.0)
+        return sorted(lid for g in groups for lid in g.ids)
 
     def missing_replicas(self, ledger_id: int) -> list[str] | None:
         path = self.paths.ur_ledger(ledger_id)
         got = self._ur_get(path)
         return None if got is None else decode_underreplicated(got[0], path)[0]
+
+    def acquired_missing_replicas(self, ledger_id: int) -> list[str] | None:
+        """The missing replicas recorded in the ledger's node when *we* locked it (None if we do
+        not hold it, or the record was unreadable): what :meth:`mark_replicated`'s CAS compares
+        against, so a worker needs no second read. Marks made after the acquire make that CAS
+        fail and the ledger stays queued, to be taken again with the new record."""
+        with self._ur_mutex:
+            held = self._ur_held.get(ledger_id)
+        return None if held is None or held.missing is None else list(held.missing)
 
     def acquire_underreplicated(self, timeout_ms: int, exclude: Iterable[int] = ()) -> int | None:
         """Scan, try to lock, and otherwise wait for a watch (a ledger marked, a lock released, the
@@ -382,7 +461,8 @@ class UnderReplicationBase(UnderReplicationStore):
             if pause > 0:
                 time.sleep(min(pause, max(deadline - time.monotonic(), 0)))
             last_scan = time.monotonic()
-            if self._ur_watch(self.paths.ur_disable, self._ur_poke) is None:
+            self._ur_ensure_live("acquire an under-replicated ledger")
+            if not self._ur_is_disabled():
                 got = self._ur_try_lock_one(excluded)
                 if got is not None:
                     return got
@@ -393,64 +473,154 @@ class UnderReplicationBase(UnderReplicationStore):
                 if self._ur_generation == generation:
                     self._ur_cond.wait(min(remaining, RESCAN_S))
 
-    def _ur_try_lock_one(self, excluded: set[int]) -> int | None:
-        """BookKeeper's getLedgerToRereplicateFromHierarchy: a depth-first search in random order
-        (workers scanning together rarely collide) that stops at the first ledger it locks. A
-        fruitless search has armed a child watch on every bucket, which wakes the next wait."""
-        locked = set(self._ur_children_many([self.paths.ur_locks], watch=True)[0] or [])
-        return self._ur_search(self.paths.ur_ledgers, 0, excluded, locked)
-
-    def _ur_search(self, parent: str, depth: int, excluded: set[int], locked: set[str]) -> int | None:
-        names = self._ur_children_many([parent], watch=True)[0] or []
-        random.shuffle(names)
-        if depth < 4:
-            for name in names:
-                if is_ur_bucket_name(name):
-                    found = self._ur_search(f"{parent}/{name}", depth + 1, excluded, locked)
-                    if found is not None:
-                        return found
-            return None
+    def _ur_is_disabled(self) -> bool:
+        """Whether the ``disable`` node exists: cached until its watch fires."""
         with self._ur_mutex:
-            skip = excluded | set(self._ur_held) | self._ur_claiming
-        free = [lid for n in names if (lid := ur_ledger_id(n)) is not None and lid not in skip and n not in locked]
-        for lid in free:
-            with self._ur_mutex:
-                if lid in self._ur_held or lid in self._ur_claiming:
-                    continue
-                self._ur_claiming.add(lid)
-            try:
-                if self._ur_lock(lid):
-                    return lid
-            finally:
+            known, epoch = self._ur_disabled, self._ur_disable_epoch
+        if known is not None:
+            return known
+        disabled = self._ur_watch(self.paths.ur_disable, self._ur_disable_changed) is not None
+        with self._ur_mutex:
+            if self._ur_disable_epoch == epoch:
+                self._ur_disabled = disabled
+        return disabled
+
+    def _ur_try_lock_one(self, excluded: set[int]) -> int | None:
+        """BookKeeper's getLedgerToRereplicateFromHierarchy, on the cached listings: ledgers in
+        random order (workers scanning together rarely collide) until one is locked. Listings a
+        watch has outdated serve for ``REFRESH_S`` more; a search that finds nothing in them
+        looks again in fresh ones. A fruitless fresh search has armed a child watch on every
+        bucket and on the locks, which wakes the next wait."""
+        tried: set[int] = set()
+        for max_stale_s in (REFRESH_S, 0.0):
+            groups, empty = self._ur_view.leaf_groups(max_stale_s)
+            locked = self._ur_view.locked(max_stale_s)
+            for lid, listed_at in self._ur_candidates_of(groups, excluded, locked, tried):
+                tried.add(lid)
                 with self._ur_mutex:
-                    self._ur_claiming.discard(lid)
+                    if lid in self._ur_held or lid in self._ur_claiming:
+                        continue
+                    self._ur_claiming.add(lid)
+                try:
+                    outcome = self._ur_lock(lid)
+                finally:
+                    with self._ur_mutex:
+                        self._ur_claiming.discard(lid)
+                if outcome is _Lock.TAKEN_BY_US:
+                    return lid
+                if outcome is _Lock.NO_NODE:
+                    self._ur_node_absent(lid, listed_at)
+            if empty and max_stale_s == 0.0:
+                self._ur_prune_buckets(empty)
         return None
 
-    def _ur_lock(self, ledger_id: int) -> bool:
-        """Take the ephemeral lock of one ledger and remember the version of its node."""
+    def _ur_node_absent(self, ledger_id: int, listed_at: float) -> None:
+        """A listed leaf bucket without its node: finished by someone (our listing is behind), or
+        being marked right now (bucket made, node next). Leaf buckets are not watched, so watch
+        the node itself: its creation wakes waiting acquires. A bucket listed this long ago and
+        still empty was left behind: prune it."""
+        path = self.paths.ur_ledger(ledger_id)
+        if self._ur_watch(path, self._ur_poke) is not None:
+            self._ur_poke()  # it is there now: the next look takes it
+        elif time.monotonic() - listed_at >= EMPTY_FOR_S:
+            self._ur_prune_buckets([path.rsplit("/", 1)[0]])
+
+    def _ur_candidates_of(self, groups: list[LeafGroup], excluded: set[int], locked: set[int],
+                          tried: set[int]) -> Iterator[tuple[int, float]]:
+        """Untried ledgers that look free (and when their listing was fetched), in random order:
+        random draws while they mostly hit (no pass over a big queue per acquire), then the rest
+        shuffled."""
+        with self._ur_mutex:
+            skip = excluded | set(self._ur_held) | self._ur_claiming
+            done = dict(self._ur_done)
+
+        def usable(lid: int, at: float) -> bool:
+            return lid not in skip and lid not in locked and lid not in tried and done.get(lid, -1.0) < at
+
+        total = sum(len(g.ids) for g in groups)
+        misses = 0
+        while total and misses < _DRAW_MISSES_MAX:
+            r = random.randrange(total)
+            for g in groups:
+                if r < len(g.ids):
+                    break
+                r -= len(g.ids)
+            lid = g.ids[r]
+            if usable(lid, g.at):
+                misses = 0
+                yield lid, g.at
+            else:
+                misses += 1
+        rest = [(lid, g.at) for g in groups for lid in g.ids if usable(lid, g.at)]
+        random.shuffle(rest)
+        yield from rest
+
+    def _ur_lock(self, ledger_id: int) -> _Lock:
+        """Take the ephemeral lock of one ledger and read its node in the same round trip (the read
+        is applied after the create): the version and missing replicas of the lock's start."""
+        lock_path, node_path = self.paths.ur_lock(ledger_id), self.paths.ur_ledger(ledger_id)
+        session = self._ur_live_session()
+        created, node = self._ur_pipeline([Op("create", lock_path, encode_lock(), ephemeral=True),
+                                           Op("get", node_path)], retry=True)
+        if isinstance(created, NoNodeError):  # no locks directory (an old cluster): the slow path
+            return self._ur_lock_slow(ledger_id)
+        if isinstance(created, NodeExistsError):
+            got = self._ur_get(lock_path)
+            owner = self._ur_session()
+            if got is None or owner is None or got[2] != owner:
+                return _Lock.TAKEN  # someone else's (or just released: the next scan sees it)
+            # our own lock node, from a create whose answer was lost and that we retried
+        elif not isinstance(created, str):
+            raise _raisable(created)
+        elif session is not None and session == self._ur_session():
+            owner = session  # created on this session, which is still current: its ephemeral
+        else:
+            got = self._ur_get(lock_path)
+            if got is None:
+                return _Lock.TAKEN  # the session that created it is gone already
+            owner = got[2]
+        return self._ur_hold(ledger_id, lock_path, owner, node if not isinstance(node, Exception) else None)
+
+    def _ur_lock_slow(self, ledger_id: int) -> _Lock:
         lock_path = self.paths.ur_lock(ledger_id)
         try:
             self._ur_create_path(lock_path, encode_lock(), ephemeral=True)
         except NodeExistsError:
-            got = self._ur_get(lock_path)
-            session = self._ur_session()
-            if got is None or session is None or got[2] != session:
-                return False  # someone else's (or just released: the next scan sees it)
-            # our own lock node, from a create whose answer was lost and that we retried
-        node, lock = self._ur_get_many([self.paths.ur_ledger(ledger_id), lock_path])
-        if node is None or lock is None:  # replicated meanwhile (or the session is already gone)
-            if lock is not None:
-                self._ur_delete_lock(lock_path, lock)
-            return False
-        with self._ur_mutex:
-            self._ur_held[ledger_id] = _HeldLock(version=node[1], session=lock[2])
-        return True
+            return _Lock.TAKEN
+        got = self._ur_get(lock_path)
+        if got is None:
+            return _Lock.TAKEN
+        return self._ur_hold(ledger_id, lock_path, got[2], self._ur_get(self.paths.ur_ledger(ledger_id)))
 
-    def _ur_delete_lock(self, lock_path: str, lock: NodeState) -> None:
+    def _ur_hold(self, ledger_id: int, lock_path: str, owner: int | None, node: object) -> _Lock:
+        if not isinstance(node, tuple):  # no node (yet, or any more): give the lock back
+            self._ur_delete_own(lock_path, owner)
+            return _Lock.NO_NODE
+        data, version, _owner = node
         try:
-            self._ur_delete(lock_path, lock[1])
-        except (NoNodeError, BadVersionError):
-            pass
+            missing: list[str] | None = decode_underreplicated(data, self.paths.ur_ledger(ledger_id))[0]
+        except InvalidMetadataError:
+            missing = None  # missing_replicas() reports it to whoever asks
+        with self._ur_mutex:
+            self._ur_held[ledger_id] = _HeldLock(version=version, session=owner, missing=missing)
+        return _Lock.TAKEN_BY_US
+
+    def _ur_delete_own(self, lock_path: str, owner: int | None) -> None:
+        """Delete a lock node of session ``owner`` if that is still our session (else it went
+        with the session, and the node there now may be another worker's)."""
+        live = self._ur_live_session()
+        if live is not None and live == owner:
+            try:
+                self._ur_delete(lock_path, retry=False)
+            except NoNodeError:
+                pass
+            return
+        got = self._ur_get(lock_path)  # not connected now: wait for a connection, then look
+        if got is not None and got[2] is not None and got[2] == owner and owner == self._ur_session():
+            try:
+                self._ur_delete(lock_path, got[1])
+            except (NoNodeError, BadVersionError):
+                pass
 
     def release_underreplicated(self, ledger_id: int) -> None:
         """Delete the lock node only if it still belongs to the session that took it (after a lost
@@ -459,10 +629,8 @@ class UnderReplicationBase(UnderReplicationStore):
             held = self._ur_held.get(ledger_id)
         if held is None:
             return
-        lock_path = self.paths.ur_lock(ledger_id)
-        got = self._ur_get(lock_path)
-        if got is not None and got[2] is not None and got[2] == held.session:
-            self._ur_delete_lock(lock_path, got)
+        self._ur_delete_own(self.paths.ur_lock(ledger_id), held.session)
+        self._ur_view.note_unlocked(ledger_id)
         self._ur_forget(ledger_id, held)
 
     def _ur_forget(self, ledger_id: int, held: _HeldLock) -> None:
@@ -477,34 +645,66 @@ class UnderReplicationBase(UnderReplicationStore):
         path = self.paths.ur_ledger(ledger_id)
         with self._ur_mutex:
             held = self._ur_held.get(ledger_id)
-        node = self._ur_get(path)  # also waits for a connection, after which the session is known
-        if held is None or held.session != self._ur_session():
-            if held is not None:
-                self._ur_forget(ledger_id, held)
-            return node is None
-        removed = True
-        if node is not None:
-            try:
-                self._ur_delete(path, held.version, retry=False)
-            except NoNodeError:
-                pass
-            except BadVersionError:
-                removed = False  # marked again while it was being replicated: it stays queued
-        if removed:
-            self._ur_prune(path)
+        live = self._ur_live_session()
+        if held is None or live is None or held.session != live:
+            node = self._ur_get(path)  # also waits for a connection, after which the session is known
+            if held is None or held.session != self._ur_session():
+                if held is not None:
+                    self._ur_forget(ledger_id, held)
+                return node is None
+        bucket = path.rsplit("/", 1)[0]
+        # the node (CAS on the version seen at acquire) and, if that emptied it, its leaf bucket
+        node_gone, bucket_gone = self._ur_pipeline([Op("delete", path, version=held.version),
+                                                    Op("delete", bucket)], retry=False)
+        if node_gone is None or isinstance(node_gone, NoNodeError):
+            removed = True
+        elif isinstance(node_gone, BadVersionError):
+            removed = False  # marked again while it was being replicated: it stays queued
+        else:
+            raise _raisable(node_gone)
+        if removed and bucket_gone is None:  # (a node marked again at once keeps its bucket: no hint)
+            with self._ur_mutex:
+                self._ur_done[ledger_id] = time.monotonic()
+                self._ur_trim_done()
+            self._ur_prune_above(bucket)
         self.release_underreplicated(ledger_id)
         return removed
 
-    def _ur_prune(self, path: str) -> None:
-        """Delete the emptied buckets above a removed node, bottom up (best effort, as BookKeeper)."""
-        for _ in range(4):
+    def _ur_trim_done(self) -> None:
+        """Mutex held: forget completion hints older than any listing still in use."""
+        if len(self._ur_done) > _DONE_HINTS_MAX:
+            cutoff = time.monotonic() - RESCAN_S
+            self._ur_done = {k: t for k, t in self._ur_done.items() if t >= cutoff}
+
+    def _ur_prune_above(self, bucket: str) -> None:
+        """Delete the emptied buckets above a removed leaf bucket, bottom up (best effort, as
+        BookKeeper); skipped where the last listing showed other children (a bucket left empty
+        by that guess is pruned by the next search that sees it empty)."""
+        path = bucket
+        while True:
             path = path.rsplit("/", 1)[0]
+            if not path.startswith(self.paths.ur_ledgers + "/"):
+                return  # the hierarchy's root stays
+            hint = self._ur_view.children_hint(path)
+            if hint is not None and hint > 1:
+                return
             try:
-                if not self._ur_delete_if_empty(path):
-                    return
-            except MetadataError as e:
+                self._ur_delete(path)
+            except MetadataError as e:  # NotEmptyError included: someone else's ledger is there
                 log.debug("pruning %s: %s", path, e)
                 return
+
+    def _ur_prune_buckets(self, buckets: list[str]) -> None:
+        """Best-effort deletion of buckets seen empty, and of the parents that emptied (a concurrent
+        mark re-creates what it needs)."""
+        try:
+            outcomes = self._ur_pipeline([Op("delete", b) for b in buckets], retry=True)
+        except MetadataError as e:
+            log.debug("pruning %s: %s", buckets, e)
+            return
+        for bucket, outcome in zip(buckets, outcomes, strict=True):
+            if outcome is None:
+                self._ur_prune_above(bucket)
 
     # -- switches --------------------------------------------------------------------------------
     def set_replication_enabled(self, enabled: bool) -> None:
@@ -519,9 +719,15 @@ class UnderReplicationBase(UnderReplicationStore):
                 self._ur_create_path(path, b"")
             except NodeExistsError:
                 pass
+        self._ur_disable_changed()  # our own change: no need to wait for its watch
 
     def is_replication_enabled(self) -> bool:
-        return self._ur_get(self.paths.ur_disable) is None
+        enabled = self._ur_get(self.paths.ur_disable) is None
+        with self._ur_mutex:
+            if self._ur_disabled is not None and self._ur_disabled == enabled:
+                self._ur_disable_epoch += 1  # we saw it change before its watch said so: look again
+                self._ur_disabled = None
+        return enabled
 
     def lost_bookie_recovery_delay_s(self) -> int:
         path = self.paths.ur_lost_bookie_recovery_delay
@@ -593,177 +799,3 @@ class UnderReplicationBase(UnderReplicationStore):
             watch.callback(value)
         except Exception:
             log.exception("lost bookie recovery delay callback %r failed", watch.callback)
-
-    # -- auditor election --------------------------------------------------------------------------
-    def elect_auditor(self, candidate_id: str, on_change: ElectionCallback) -> Callable[[], None]:
-        """BookKeeper's AuditorElector: an ephemeral sequential vote; the lowest is the auditor and
-        every other candidate watches the vote just below its own (no herd when one goes).
-
-        The first vote is cast in the caller's thread (ZooKeeper down or no cluster is the caller's
-        error); everything after, and every ``on_change`` call, runs on the store's thread."""
-        if not isinstance(candidate_id, str) or not candidate_id:
-            raise ValueError(f"candidate id must be a non-empty string, got {candidate_id!r}")
-        cand = _Candidate(candidate_id, on_change)
-        cand.wake = lambda _event: self._ur_worker.submit(partial(self._ur_step, cand))
-        with self._ur_mutex:
-            self._ur_candidates.add(cand)
-        try:
-            self._ur_stand(cand)
-        except BaseException:
-            self._ur_withdraw(cand)
-            if cand.uncertain:
-                self._ur_worker.submit(partial(self._ur_remove_orphans_later, cand))
-            raise
-        self._ur_worker.submit(partial(self._ur_step, cand))
-        return partial(self._ur_withdraw, cand)
-
-    def current_auditor(self) -> str | None:
-        election = self.paths.auditor_election
-        names = ordered_votes(self._ur_children_many([election], watch=False)[0] or [])
-        for name in names:  # the lowest may vanish between the listing and the read
-            got = self._ur_get(f"{election}/{name}")
-            if got is not None:
-                return got[0].decode(errors="replace")
-        return None
-
-    def _ur_votes(self) -> list[str]:
-        return ordered_votes(self._ur_children_many([self.paths.auditor_election], watch=False)[0] or [])
-
-    def _ur_stand(self, cand: _Candidate) -> None:
-        """Cast a vote for ``cand`` unless it has one (any thread; one creation at a time)."""
-        with cand.stand_lock:
-            if cand.vote is not None or cand.withdrawn:
-                return
-            if cand.uncertain:
-                self._ur_remove_orphans(cand)
-            prefix = f"{self.paths.auditor_election}/{UR_VOTE_PREFIX}"
-            try:
-                created = self._ur_create_path(prefix, cand.candidate_id.encode(), ephemeral=True, sequential=True)
-            except MetadataUnavailableError:
-                cand.uncertain = True  # the vote may exist, unknown to us: clear it before the next
-                raise
-            name = created.rsplit("/", 1)[1]
-            with cand.lock:
-                withdrawn = cand.withdrawn
-                if not withdrawn:
-                    cand.vote = name
-        if withdrawn:
-            self._ur_delete_vote(name)
-
-    def _ur_remove_orphans(self, cand: _Candidate) -> None:
-        """Delete votes of our session holding ``cand``'s id that no candidate of ours knows: left
-        by a creation whose answer was lost, they would block the election while we live."""
-        election = self.paths.auditor_election
-        votes = self._ur_votes()  # waits for a connection: then the session is known
-        session = self._ur_session()
-        if session is None:
-            raise MetadataUnavailableError("looking for orphan auditor votes: no ZooKeeper session")
-        with self._ur_mutex:
-            known = {c.vote for c in self._ur_candidates}
-        for name in votes:
-            if name in known:
-                continue
-            got = self._ur_get(f"{election}/{name}")
-            if got is not None and got[2] == session and got[0] == cand.candidate_id.encode():
-                self._ur_delete_vote(name)
-        cand.uncertain = False
-
-    def _ur_remove_orphans_later(self, cand: _Candidate) -> None:
-        """Worker thread: :meth:`_ur_remove_orphans` for a candidacy that failed, until it worked."""
-        try:
-            self._ur_remove_orphans(cand)
-        except StoreClosedError:
-            return
-        except MetadataError as e:
-            log.warning("could not look for orphan auditor votes (%s); retrying in %g s", e, RETRY_S)
-            self._ur_worker.submit_later(RETRY_S, partial(self._ur_remove_orphans_later, cand))
-
-    def _ur_delete_vote(self, name: str) -> None:
-        try:
-            self._ur_delete(f"{self.paths.auditor_election}/{name}")
-        except NoNodeError:
-            pass
-
-    def _ur_step(self, cand: _Candidate) -> None:
-        """Worker thread: stand if we have no vote, then see whether we lead; retry on errors."""
-        cand.retry_pending = False
-        if cand.withdrawn:
-            return
-        try:
-            for _ in range(_RECHECKS_MAX):
-                self._ur_stand(cand)
-                if cand.withdrawn or self._ur_check(cand):
-                    return
-        except StoreClosedError:
-            return
-        except MetadataError as e:
-            log.warning("auditor election for %s: %s; retrying in %g s", cand.candidate_id, e, RETRY_S)
-        if not cand.retry_pending and not cand.withdrawn:
-            cand.retry_pending = True
-            self._ur_worker.submit_later(RETRY_S, partial(self._ur_step, cand))
-
-    def _ur_check(self, cand: _Candidate) -> bool:
-        """One look at the votes; True when settled (auditor, or watching our predecessor)."""
-        vote = cand.vote
-        if vote is None:
-            return False
-        votes = self._ur_votes()
-        if vote not in votes:  # gone with a session we had not heard was lost yet
-            with cand.lock:
-                if cand.vote == vote:
-                    cand.vote = None
-            self._ur_tell(cand, False)
-            return False
-        index = votes.index(vote)
-        if index == 0:
-            self._ur_tell(cand, True)
-            return True
-        if self._ur_watch(f"{self.paths.auditor_election}/{votes[index - 1]}", cand.wake) is None:
-            return False  # the one before us went meanwhile: look again
-        self._ur_tell(cand, False)
-        return True
-
-    def _ur_lost(self, cand: _Candidate) -> None:
-        """Worker thread: the session (and the vote with it) is gone; tell, then stand again."""
-        with cand.lock:
-            cand.vote = None
-        self._ur_tell(cand, False)
-        self._ur_step(cand)
-
-    def _ur_tell(self, cand: _Candidate, is_auditor: bool) -> None:
-        """Worker thread: tell ``on_change`` about a change of role (never twice the same)."""
-        with cand.lock:
-            if cand.is_auditor == is_auditor or (is_auditor and cand.withdrawn):
-                return
-            cand.is_auditor = is_auditor
-        try:
-            cand.on_change(is_auditor)
-        except Exception:
-            log.exception("auditor election callback %r failed", cand.on_change)
-
-    def _ur_withdraw(self, cand: _Candidate) -> None:
-        """Delete our vote (idempotent); the auditor is told False on the store's thread."""
-        with cand.lock:
-            if cand.withdrawn:
-                return
-            cand.withdrawn = True
-            vote, cand.vote = cand.vote, None
-        with self._ur_mutex:
-            self._ur_candidates.discard(cand)
-        self._ur_worker.submit(partial(self._ur_tell_withdrawn, cand))
-        if vote is not None:
-            self._ur_withdraw_vote(vote)
-
-    def _ur_tell_withdrawn(self, cand: _Candidate) -> None:
-        self._ur_tell(cand, False)
-
-    def _ur_withdraw_vote(self, vote: str) -> None:
-        """Delete a withdrawn candidate's vote, retrying in the background while ZooKeeper is
-        unreachable: a vote left behind would keep the auditor's seat until our session ends."""
-        try:
-            self._ur_delete_vote(vote)
-        except StoreClosedError:
-            return
-        except MetadataError as e:
-            log.warning("could not delete auditor vote %s (%s); retrying in %g s", vote, e, RETRY_S)
-            self._ur_worker.submit_later(RETRY_S, partial(self._ur_withdraw_vote, vote))

@@ -52,13 +52,19 @@ class AuditorStats:
     placement_violations: int = 0
 
 
-def scan_ledgers(store: MetadataStore, threads: int) -> list[LedgerMetadata]:
-    """Every ledger's metadata (ledgers deleted during the scan are skipped)."""
+def scan_ledgers(store: MetadataStore, threads: int,
+                 visit: Callable[[LedgerMetadata], None] | None = None) -> list[LedgerMetadata]:
+    """Every ledger's metadata (ledgers deleted during the scan are skipped). ``visit`` is called
+    with each as soon as it is read, on the reading thread: work on the first ledgers starts while
+    the others are still being read (exceptions from it end the scan)."""
     def read(lid: int) -> LedgerMetadata | None:
         try:
-            return store.read_ledger_metadata(lid)[0]
+            md = store.read_ledger_metadata(lid)[0]
         except NoNodeError:
             return None
+        if visit is not None:
+            visit(md)
+        return md
 
     ids = store.list_ledgers()
     if len(ids) < 32:
@@ -227,42 +233,38 @@ class Auditor:
 
     def _audit(self, due: set[str]) -> bool:
         """Mark the ledgers of ``due`` lost bookies (and of lost bookies audited before whose
-        ledgers still name them). False (retry soon) while re-replication is disabled."""
+        ledgers still name them). False (retry soon) while re-replication is disabled.
+
+        Ledgers are marked as the scan reads them (a lost bookie may hold thousands, and workers
+        start on the first while the rest are read); the index built from the same scan then
+        tells the tracker which bookies ledgers name."""
         if not self._store.is_replication_enabled():
             log.info("auditor: re-replication is disabled; audit postponed")
             return False
         available = self._current_available()
-        ledgers = scan_ledgers(self._store, self._cfg.metadata_reads_in_flight_max)
-        index = build_index(ledgers)
-        now = self._clock()
-        self.tracker.observe(available, now, named=index.keys())
         due = {b for b in due if b not in available}
         lost = due | (self.tracker.audited - available)
         queued = self._store.list_underreplicated() if lost else {}
-        todo = [(lid, bookie) for bookie in sorted(lost) for lid in sorted(index.get(bookie, ()))
-                if bookie not in queued.get(lid, ())]
-        self._mark_all(todo)
-        marked = len(todo)
+        marked: list[int] = []
+
+        def mark_if_lost(md: LedgerMetadata) -> None:
+            missing = sorted(b for b in lost & md.bookies() if b not in queued.get(md.ledger_id, ()))
+            if missing:
+                self._store.mark_underreplicated(md.ledger_id, missing)   # one mark for every lost bookie
+                marked.append(md.ledger_id)   # list.append: atomic under the GIL
+
+        ledgers = scan_ledgers(self._store, self._cfg.metadata_reads_in_flight_max,
+                               mark_if_lost if lost else None)
+        index = build_index(ledgers)
+        self.tracker.observe(available, self._clock(), named=index.keys())
         if due:
-            log.info("auditor: bookies %s lost; %d ledgers marked under-replicated", sorted(due), marked)
+            log.info("auditor: bookies %s lost; %d ledgers marked under-replicated", sorted(due), len(marked))
             self.stats.lost_bookies_audited.extend(sorted(due))
         self.tracker.mark_audited(due)
         self.tracker.forget([b for b in self.tracker.audited if b not in index])
         self.stats.audits += 1
-        self.stats.ledgers_marked += marked
+        self.stats.ledgers_marked += len(marked)
         return True
-
-    def _mark_all(self, todo: list[tuple[int, str]]) -> None:
-        """Mark (ledger, missing bookie) pairs, several at once: a lost bookie may hold thousands of
-        ledgers and workers start on the first ones while the rest are being marked."""
-        if len(todo) < 8:
-            for lid, bookie in todo:
-                self._store.mark_underreplicated(lid, [bookie])
-            return
-        with ThreadPoolExecutor(max_workers=self._cfg.metadata_reads_in_flight_max,
-                                thread_name_prefix="auditor-mark") as ex:
-            for f in [ex.submit(self._store.mark_underreplicated, lid, [b]) for lid, b in todo]:
-                f.result()
 
     def _current_available(self) -> set[str]:
         with self._cond:

@@ -41,6 +41,7 @@ class AutoRecoveryConfig:
     copy_reads_in_flight_max: int = 64                # read RPCs outstanding per fragment copy
     copy_range_entries_max: int = 512                 # entries per range read (E == Qw fragments)
     copy_range_bytes_max: int = 4 * 1024 * 1024       # bytes per range read (the bookie caps it too)
+    copy_add_burst_bytes_max: int = 4 * 1024 * 1024   # verified bytes gathered before a target's adds are sent
     copy_stall_timeout_ms: int = 60_000               # a copy with no progress this long fails
     bookie_timeout_ms: int = 10_000                   # deadline of one read RPC; add timeout of recovery writes
     recovery_operation_timeout_ms: int = 120_000      # fencing and closing an open ledger gives up after this
@@ -60,7 +61,7 @@ class AutoRecoveryConfig:
                 problems.append("check_entry_sample_fraction must be in [0, 1]")
             for name in ("worker_ledgers_in_flight_max", "copy_reads_in_flight_max", "copy_range_entries_max",
                          "metadata_reads_in_flight_max", "acquire_poll_ms", "copy_stall_timeout_ms",
-                         "bookie_timeout_ms", "audit_interval_ms"):
+                         "bookie_timeout_ms", "audit_interval_ms", "copy_add_burst_bytes_max"):
                 if getattr(self, name) < 1:
                     problems.append(f"{name} must be at least 1")
             if self.copy_bytes_in_flight_max < self.copy_range_bytes_max:

@@ -10,8 +10,10 @@ master key), so for HMAC ledgers only the header is checked and readers still ve
 Throughput: reads are single-entry ``read_future`` calls (E > Qw: neighbouring entries live on
 different bookies) or range reads (E == Qw), up to ``copy_reads_in_flight_max`` at once; adds go
 on each target's batching add stream with ``RECOVERY_ADD`` (accepted even if the ledger is
-fenced), bounded by ``copy_bytes_in_flight_max`` bytes not yet acknowledged. The target journals
-and fsyncs them in groups, so one fragment copy runs at what the disks and the loopback allow.
+fenced), in bursts of up to ``copy_add_burst_bytes_max`` (a burst leaves as one stream message and
+one journal commit), bounded by ``copy_bytes_in_flight_max`` bytes read but not yet acknowledged.
+Per-RPC costs, not bytes, bound this on Python gRPC: a unary read costs ~0.35 ms of client and
+~0.6 ms of bookie CPU whatever its size, an add in a one-entry message twice one in a burst.
 """
 
 from __future__ import annotations
@@ -106,6 +108,41 @@ class _Verifier:
 _Read = tuple[CopyRun, int, Any]   # (run, index of the source asked, its future)
 
 
+class _AddBurst:
+    """Verified bodies waiting to be sent, per target. Sent together, a target's adds leave in one
+    stream message (its sender drains whatever is queued): a message per entry or two cost both
+    sides two to three times the CPU per add of a message per ledger, and a journal commit each."""
+
+    def __init__(self, pool: BookiePool, md: LedgerMetadata, acks: _Acks) -> None:
+        self._pool = pool
+        self._lid = md.ledger_id
+        self._key = md.password_hash
+        self._acks = acks
+        self._queued: dict[str, list[tuple[int, bytes]]] = {}
+        self.bytes = 0
+        self.copies = 0
+        self.written = 0
+
+    def add(self, targets: tuple[str, ...], entry_id: int, body: bytes) -> None:
+        for target in targets:
+            self._queued.setdefault(target, []).append((entry_id, body))
+            self.bytes += len(body)
+
+    def send(self) -> None:
+        queued, self._queued = self._queued, {}
+        self.bytes = 0
+        for target, items in queued.items():
+            client = self._pool.get(target)
+            for eid, body in items:
+                self._acks.expect(target, eid, len(body))
+                try:
+                    client.add_async(self._lid, eid, self._key, body, self._acks, recovery=True)
+                except errors.LedgerError as e:
+                    raise ReplicationError(f"cannot send entry {eid} to {target}: {e}") from e
+                self.copies += 1
+                self.written += len(body)
+
+
 class FragmentCopier:
     """Copies runs of entries of one ledger at a time; thread-safe (one instance per worker)."""
 
@@ -124,18 +161,19 @@ class FragmentCopier:
         stall_s = cfg.copy_stall_timeout_ms / 1000
         acks = _Acks()
         verifier = _Verifier(md)
+        adds = _AddBurst(self._pool, md, acks)
         todo: deque[tuple[CopyRun, int]] = deque((run, 0) for run in runs)
         inflight: deque[_Read] = deque()
         absent: dict[int, int] = {}   # entry id → sources that said they do not have it
-        copies = written = 0
         while todo or inflight:
             if cancel is not None and cancel.is_set():
                 raise ReplicationError(f"ledger {md.ledger_id}: copy cancelled (stopping)")
             while todo and len(inflight) < cfg.copy_reads_in_flight_max \
-                    and acks.bytes_pending < cfg.copy_bytes_in_flight_max:
+                    and acks.bytes_pending + adds.bytes < cfg.copy_bytes_in_flight_max:
                 run, si = todo.popleft()
                 inflight.append((run, si, self._launch(md.ledger_id, run, si)))
             if not inflight:
+                adds.send()
                 acks.wait_below(cfg.copy_bytes_in_flight_max - 1, stall_s)
                 continue
             run, si, fut = inflight.popleft()
@@ -149,16 +187,7 @@ class FragmentCopier:
                 self._give_up(md, run, absent.get(run.first, 0), why)
             good = self._verified(verifier, run, si, bodies)
             for i, body in enumerate(good):
-                eid = run.first + i
-                for target in run.targets:
-                    acks.expect(target, eid, len(body))
-                    try:
-                        self._pool.get(target).add_async(md.ledger_id, eid, md.password_hash, body, acks,
-                                                         recovery=True)
-                    except errors.LedgerError as e:
-                        raise ReplicationError(f"cannot send entry {eid} to {target}: {e}") from e
-                    copies += 1
-                    written += len(body)
+                adds.add(run.targets, run.first + i, body)
             if len(good) < run.entries:
                 rest = CopyRun(run.first + len(good), run.last, run.sources, run.targets)
                 if good:   # a short answer (byte limit or a gap): go on from the same source
@@ -167,8 +196,11 @@ class FragmentCopier:
                     todo.appendleft((rest, si + 1))
                 else:
                     self._give_up(md, rest, 0, f"every copy of entry {rest.first} failed its check")
+            if adds.bytes >= cfg.copy_add_burst_bytes_max or not inflight:
+                adds.send()
+        adds.send()
         acks.wait_below(0, stall_s)
-        return CopyStats(copies, written)
+        return CopyStats(adds.copies, adds.written)
 
     # ------------------------------------------------------------------ reads
 

@@ -32,6 +32,7 @@ from ledger_client import LedgerClient, errors
 from ledger_client.protocol.framing import Digester
 from ledger_client.recovery import LedgerRecovery
 from metadata import DigestType, LedgerMetadata, MetadataError, MetadataStore, NoNodeError, update_ledger
+from metadata.underreplication_base import UnderReplicationBase
 
 from .config import AutoRecoveryConfig
 from .copier import FragmentCopier
@@ -219,7 +220,7 @@ class ReplicationWorker:
 
     def replicate(self, lid: int) -> tuple[Outcome, float]:
         """One attempt at the ledger (whose lock we hold): (outcome, when to look again if DEFER)."""
-        missing = self._store.missing_replicas(lid)
+        missing = self._missing(lid)
         if not missing:
             return Outcome.DONE, 0.0
         try:
@@ -244,6 +245,15 @@ class ReplicationWorker:
         # ``md`` is what our last CAS wrote (or read): a writer's later ensemble change is its own
         # and the auditor's periodic audit re-marks the ledger if it names a lost bookie again.
         return (Outcome.RETRY if names_any(md, gone) else Outcome.DONE), 0.0
+
+    def _missing(self, lid: int) -> list[str] | None:
+        """The ledger's missing replicas: as recorded when we locked it (no second read; the
+        unmark is a CAS on that record's version, so a later mark keeps the ledger queued)."""
+        if isinstance(self._store, UnderReplicationBase):
+            missing = self._store.acquired_missing_replicas(lid)
+            if missing is not None:
+                return missing
+        return self._store.missing_replicas(lid)
 
     def _repair_finished(self, md: LedgerMetadata, version: int,
                          gone: Collection[str]) -> tuple[LedgerMetadata, int]:

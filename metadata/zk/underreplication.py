@@ -9,6 +9,7 @@ and only poke a condition or queue work on the store's under-replication thread.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -17,7 +18,7 @@ from kazoo import exceptions as kz
 
 from metadata.errors import BadVersionError, MetadataError, NodeExistsError, NoNodeError
 from metadata.store import SessionWorker
-from metadata.underreplication_base import NodeState, UnderReplicationBase, Wake
+from metadata.underreplication_base import NodeState, NotEmptyError, Op, UnderReplicationBase, Wake
 
 if TYPE_CHECKING:
     from kazoo.client import KazooClient
@@ -32,7 +33,7 @@ def _translate(e: kz.ZookeeperError, path: str) -> MetadataError:
     if isinstance(e, kz.BadVersionError):
         return BadVersionError(f"{path} changed meanwhile")
     if isinstance(e, kz.NotEmptyError):
-        return MetadataError(f"{path} has children")
+        return NotEmptyError(f"{path} has children")
     return MetadataError(f"{path}: {e!r}")
 
 
@@ -45,6 +46,7 @@ class ZkUnderReplication(UnderReplicationBase):
     ZooKeeper store."""
 
     _client: KazooClient
+    _connected: threading.Event
 
     if TYPE_CHECKING:
 
@@ -59,6 +61,8 @@ class ZkUnderReplication(UnderReplicationBase):
         ) -> Any: ...
 
         def _session_id(self) -> int | None: ...
+
+        def _await_connected(self, what: str, deadline: float) -> None: ...
 
     def _ur_init_zk(self, name: str) -> None:
         self._ur_init(SessionWorker(name))
@@ -84,20 +88,40 @@ class ZkUnderReplication(UnderReplicationBase):
                 out.append(_node_state(*outcome))
         return out
 
+    def _ur_on_child_event(self, event: Any) -> None:
+        """kazoo's event thread: one bound method for every listing, so kazoo keeps one watcher
+        per path; a connection-level event (no path) outdates every cached listing."""
+        self._ur_listing_changed(getattr(event, "path", None))
+
     def _ur_children_many(self, paths: list[str], *, watch: bool) -> list[list[str] | None]:
-        watcher = self._ur_poke if watch else None
+        watcher = self._ur_on_child_event if watch else None
         starts = [partial(self._client.get_children_async, p, watch=watcher) for p in paths]
         out: list[list[str] | None] = []
         for path, outcome in zip(
             paths, self._gather("list under-replication", starts, self._deadline(), idempotent=True), strict=True
         ):
             if isinstance(outcome, kz.NoNodeError):
-                out.append(None)
+                out.append(self._ur_watch_absent(path) if watch else None)
             elif isinstance(outcome, kz.ZookeeperError):
                 raise _translate(outcome, path)
             else:
                 out.append(list(outcome))
         return out
+
+    def _ur_watch_absent(self, path: str) -> list[str] | None:
+        """A missing node arms no child watch: arm an exists watch (it fires when the node is
+        created, e.g. a bucket a mark is making) so a waiting acquire still hears of it."""
+        for _ in range(10):
+            stat = self._ur_node_call("watch", path, partial(self._client.exists_async, path,
+                                                             watch=self._ur_on_child_event))
+            if stat is None:
+                return None
+            try:  # created meanwhile: list it after all
+                return list(self._ur_node_call("list", path, partial(self._client.get_children_async, path,
+                                                                   watch=self._ur_on_child_event)))
+            except NoNodeError:
+                continue
+        raise MetadataError(f"list {path}: the node kept appearing and disappearing")
 
     def _ur_create(self, path: str, data: bytes, *, ephemeral: bool = False, sequential: bool = False) -> str:
         start = partial(self._client.create_async, path, data, ephemeral=ephemeral, sequence=sequential)
@@ -110,16 +134,35 @@ class ZkUnderReplication(UnderReplicationBase):
     def _ur_delete(self, path: str, version: int = -1, *, retry: bool = True) -> None:
         self._ur_node_call("delete", path, partial(self._client.delete_async, path, version=version), idempotent=retry)
 
-    def _ur_delete_if_empty(self, path: str) -> bool:
-        try:
-            self._call(f"delete {path}", partial(self._client.delete_async, path), idempotent=True)
-        except kz.NotEmptyError:
-            return False
-        except kz.NoNodeError:
-            pass
-        except kz.ZookeeperError as e:
-            raise _translate(e, path) from e
-        return True
+    def _ur_pipeline(self, ops: list[Op], *, retry: bool) -> list[object]:
+        starts: list[Callable[[], Any]] = []
+        for op in ops:
+            if op.kind == "create":
+                starts.append(partial(self._client.create_async, op.path, op.data, ephemeral=op.ephemeral))
+            elif op.kind == "get":
+                starts.append(partial(self._client.get_async, op.path))
+            elif op.kind == "delete":
+                starts.append(partial(self._client.delete_async, op.path, version=op.version))
+            else:
+                raise ValueError(f"unknown pipelined request {op.kind!r}")
+        outcomes = self._gather("under-replication", starts, self._deadline(), idempotent=retry)
+        out: list[object] = []
+        for op, outcome in zip(ops, outcomes, strict=True):
+            if isinstance(outcome, kz.ZookeeperError):
+                if op.kind == "get" and isinstance(outcome, kz.NoNodeError):
+                    out.append(None)
+                    continue
+                error = _translate(outcome, op.path)
+                if type(error) is MetadataError:  # not an answer about the node: give up
+                    raise error
+                out.append(error)
+            elif op.kind == "create":
+                out.append(str(outcome))
+            elif op.kind == "get":
+                out.append(_node_state(*outcome))
+            else:
+                out.append(None)
+        return out
 
     def _ur_watch(self, path: str, wake: Wake) -> NodeState | None:
         """getData with a watch; when absent, exists with a watch (which fires on creation)."""
@@ -135,3 +178,9 @@ class ZkUnderReplication(UnderReplicationBase):
 
     def _ur_session(self) -> int | None:
         return self._session_id()
+
+    def _ur_live_session(self) -> int | None:
+        return self._session_id() if self._connected.is_set() else None
+
+    def _ur_ensure_live(self, what: str) -> None:
+        self._await_connected(what, self._deadline())

@@ -129,6 +129,65 @@ def test_paths_follow_bookkeeper() -> None:
         p.ur_ledger(-1)
 
 
+@pytest.mark.unit
+def test_queue_view_serves_listings_until_their_watch_fires(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The cache behind acquire: a listing is reused until its watch fires, then (stale) only as a
+    hint for ``max_stale_s``; a watch firing while a fetch is in flight leaves that fetch stale;
+    the leaf buckets' names spell the ledger ids, so leaves are never listed."""
+    from metadata import underreplication_view
+    from metadata.underreplication_view import QueueView
+
+    monkeypatch.setattr(underreplication_view, "EMPTY_FOR_S", 0.0)  # prune candidates at once
+    tree = {"/q": ["0000"], "/q/0000": ["0001"], "/q/0000/0001": ["0002"],
+            "/q/0000/0001/0002": ["002a", "ffff", "junk"], "/locks": ["urL0000000042", "other"]}
+    calls: list[list[str]] = []
+    racing: list[str] = []
+
+    def fetch(paths: list[str]) -> list[list[str] | None]:
+        calls.append(list(paths))
+        for path in racing:
+            view.invalidate(path)  # a watch event arriving while the answer is on its way
+        racing.clear()
+        return [list(tree[p]) if p in tree else None for p in paths]
+
+    view = QueueView("/q", "/locks", fetch, max_age_s=60.0)
+    base = (1 << 32) + (2 << 16)
+    groups, empty = view.leaf_groups(0.0)
+    assert [g.ids for g in groups] == [[base + 0x2A, base + 0xFFFF]] and empty == []
+    assert view.locked(0.0) == {42}
+    fetched = len(calls)
+    view.leaf_groups(0.0)
+    view.locked(0.0)
+    assert len(calls) == fetched  # nothing changed: no request
+
+    tree["/q/0000/0001/0002"] = ["ffff"]
+    view.invalidate("/q/0000/0001/0002")
+    assert [g.ids for g in view.leaf_groups(10.0)[0]] == [[base + 0x2A, base + 0xFFFF]]  # stale hint
+    assert [g.ids for g in view.leaf_groups(0.0)[0]] == [[base + 0xFFFF]]  # fetched again
+    assert calls[-1] == ["/q/0000/0001/0002"]  # only what changed
+
+    tree["/q/0000/0001/0002"] = []
+    view.invalidate("/q/0000/0001/0002")
+    racing.append("/q/0000/0001/0002")
+    assert view.leaf_groups(0.0)[0] == []
+    fetched = len(calls)
+    groups, empty = view.leaf_groups(0.0)  # the raced fetch was stored stale: fetched again
+    assert len(calls) == fetched + 1 and groups == [] and empty == ["/q/0000/0001/0002"]
+
+    del tree["/q/0000/0001/0002"]  # pruned: an absent node arms no watch, so it is never trusted
+    view.invalidate("/q/0000/0001/0002")
+    assert view.leaf_groups(0.0)[0] == []
+    tree["/q/0000/0001/0002"] = ["0007"]  # re-created: no watch fires for it
+    assert [g.ids for g in view.leaf_groups(0.0)[0]] == [[base + 7]]
+
+    view.note_unlocked(42)
+    assert view.locked(10.0) == set()
+    view.invalidate(None)  # the connection went: every watch with it
+    fetched = len(calls)
+    view.leaf_groups(0.0)
+    assert len(calls) == fetched + 4  # all four levels again
+
+
 # -- the queue ----------------------------------------------------------------------------------------
 def test_mark_merges_and_lists(backend: Backend, store: MetadataStore) -> None:
     assert store.list_underreplicated() == {}
@@ -241,6 +300,90 @@ def test_mark_replicated_is_a_cas_on_the_acquired_version(backend: Backend, stor
     store.mark_underreplicated(3, ["b:3"])  # the pruned buckets come back
     assert store.mark_replicated(3) is False  # not acquired: nothing deleted
     assert store.list_underreplicated() == {3: ["b:3"]}
+
+
+def test_cached_listings_never_hand_out_a_finished_ledger(backend: Backend, store: MetadataStore) -> None:
+    """Acquire works from bucket listings cached between watch events: another session finishing
+    ledgers (or marking new ones) must neither make it hand out a ledger whose node is gone nor
+    hide a new one."""
+    from metadata.underreplication_base import UnderReplicationBase
+
+    assert isinstance(store, UnderReplicationBase)
+    other = backend.make()
+    for lid in range(1, 41):
+        store.mark_underreplicated(lid, ["b:1"])
+    mine = store.acquire_underreplicated(0)  # lists (and caches) the whole queue
+    assert mine is not None and store.acquired_missing_replicas(mine) == ["b:1"]
+    finished = []
+    while (lid := other.acquire_underreplicated(0)) is not None:
+        assert other.mark_replicated(lid) is True
+        finished.append(lid)
+    assert sorted([*finished, mine]) == list(range(1, 41))
+    assert store.acquire_underreplicated(0) is None  # stale hints are tried, never returned
+    assert store.underreplicated_ids() in ([mine], sorted([mine, *finished]))  # a hint, exact once tidy
+    other.mark_underreplicated(1000, ["b:2"])
+    other.mark_underreplicated(2**40 + 1, ["b:2", "b:3"])
+    got = {store.acquire_underreplicated(10_000), store.acquire_underreplicated(10_000)}
+    assert got == {1000, 2**40 + 1}
+    assert store.acquired_missing_replicas(2**40 + 1) == ["b:2", "b:3"]
+    assert store.acquired_missing_replicas(finished[0]) is None  # not ours
+    for lid in (mine, 1000, 2**40 + 1):
+        assert store.mark_replicated(lid) is True
+    wait_until(lambda: store.underreplicated_ids() == [], 10, "the buckets to be pruned")
+    assert store.list_underreplicated() == {}
+    other.mark_underreplicated(7, ["b:4"])  # its buckets come back: seen at once, not after a re-scan
+    wait_until(lambda: store.underreplicated_ids() == [7], 2, "another session's mark in pruned buckets")
+
+
+def test_concurrent_workers_drain_a_changing_queue(backend: Backend, store: MetadataStore, seed: int) -> None:
+    """Workers on several sessions take, finish or give back ledgers while another session keeps
+    marking (some ledgers again while held): no ledger is ever held twice at once, re-marked
+    ledgers stay queued, and the queue ends empty with no bucket left behind."""
+    import random
+
+    rng = random.Random(seed)
+    ids = rng.sample(range(1, 3000), 60) + [2**33 + rng.randrange(1000) for _ in range(5)]
+    workers = [backend.make() for _ in range(3)]
+    holders: dict[int, int] = {}
+    guard = threading.Lock()
+    errors: list[str] = []
+
+    def work(w: int) -> None:
+        s, r = workers[w], random.Random(seed + w)
+        idle_since = time.monotonic()
+        while time.monotonic() - idle_since < 1.5:
+            lid = s.acquire_underreplicated(100)
+            if lid is None:
+                continue
+            idle_since = time.monotonic()
+            with guard:
+                if lid in holders:
+                    errors.append(f"ledger {lid} held by workers {holders[lid]} and {w}")
+                holders[lid] = w
+            time.sleep(r.random() * 0.01)
+            with guard:
+                del holders[lid]
+            if r.random() < 0.2:
+                s.release_underreplicated(lid)
+            else:
+                s.mark_replicated(lid)  # False when re-marked meanwhile: it stays queued
+
+    with ThreadPoolExecutor(4) as pool:
+        futures = [pool.submit(work, w) for w in range(3)]
+        for lid in ids:
+            store.mark_underreplicated(lid, [f"b:{rng.randrange(3)}"])
+            if rng.random() < 0.3:
+                store.mark_underreplicated(rng.choice(ids), ["b:9"])  # a new failure, maybe while held
+        for f in futures:
+            f.result()
+    assert errors == []
+    wait_until(lambda: store.list_underreplicated() == {}, 20, "the queue to drain")
+
+    def tidy() -> bool:  # buckets a prune skipped go once a search has seen them empty for a while
+        assert store.acquire_underreplicated(0) is None
+        return store._ur_children_many([store.paths.ur_ledgers], watch=False)[0] == []  # type: ignore[attr-defined]
+
+    wait_until(tidy, 10, "the emptied buckets to be pruned")
 
 
 def test_disable_stops_acquire_and_enable_wakes_it(backend: Backend, store: MetadataStore) -> None:
