@@ -7,13 +7,15 @@ DUMMY), the digest must match; a copy that fails is read from the next source in
 digests are keyed by the ledger's password, which the metadata does not hold (only its hash, the
 master key), so for HMAC ledgers only the header is checked and readers still verify the digest.
 
-Throughput: reads are single-entry ``read_future`` calls (E > Qw: neighbouring entries live on
-different bookies) or range reads (E == Qw), up to ``copy_reads_in_flight_max`` at once; adds go
-on each target's batching add stream with ``RECOVERY_ADD`` (accepted even if the ledger is
-fenced), in bursts of up to ``copy_add_burst_bytes_max`` (a burst leaves as one stream message and
-one journal commit), bounded by ``copy_bytes_in_flight_max`` bytes read but not yet acknowledged.
-Per-RPC costs, not bytes, bound this on Python gRPC: a unary read costs ~0.35 ms of client and
-~0.6 ms of bookie CPU whatever its size, an add in a one-entry message twice one in a burst.
+Throughput: each run is one listed read (ReadRange with entry ids) of up to
+``copy_range_entries_max`` entries that share their sources: a whole E == Qw fragment in a few
+reads, a striped E > Qw fragment in one read per surviving source (its entries on one bookie are
+not consecutive). Up to ``copy_reads_in_flight_max`` reads are in flight; adds go on each target's
+batching add stream with ``RECOVERY_ADD`` (accepted even if the ledger is fenced), in bursts of up
+to ``copy_add_burst_bytes_max`` (a burst leaves as one stream message and one journal commit),
+bounded by ``copy_bytes_in_flight_max`` bytes read but not yet acknowledged. Per-RPC costs, not
+bytes, bound this on Python gRPC: a read costs ~0.35 ms of client and ~0.6 ms of bookie CPU
+whatever its size, an add in a one-entry message twice one in a burst.
 """
 
 from __future__ import annotations
@@ -22,8 +24,8 @@ import logging
 import threading
 import time
 from collections import deque
-from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from itertools import pairwise
 from typing import Any
 
 import grpc
@@ -149,10 +151,9 @@ class FragmentCopier:
     def __init__(self, pool: BookiePool, config: AutoRecoveryConfig) -> None:
         self._pool = pool
         self._cfg = config
-        self._ranges = ThreadPoolExecutor(max_workers=4, thread_name_prefix="recovery-range-read")
 
     def close(self) -> None:
-        self._ranges.shutdown(wait=True, cancel_futures=True)
+        """Nothing of its own to release (reads and adds use the pool's connections)."""
 
     def copy(self, md: LedgerMetadata, runs: list[CopyRun], cancel: threading.Event | None = None) -> CopyStats:
         """Copy every run; returns what was written once every target acknowledged it durably.
@@ -177,25 +178,24 @@ class FragmentCopier:
                 acks.wait_below(cfg.copy_bytes_in_flight_max - 1, stall_s)
                 continue
             run, si, fut = inflight.popleft()
-            bodies, why = self._answer(run, si, fut, stall_s)
-            if not bodies:
+            got, why = self._answer(run, si, fut, stall_s)
+            if why:
                 if why == "absent":
-                    absent[run.first] = absent.get(run.first, 0) + 1
-                if si + 1 < len(run.sources):
-                    todo.appendleft((run, si + 1))
-                    continue
-                self._give_up(md, run, absent.get(run.first, 0), why)
-            good = self._verified(verifier, run, si, bodies)
-            for i, body in enumerate(good):
-                adds.add(run.targets, run.first + i, body)
-            if len(good) < run.entries:
-                rest = CopyRun(run.first + len(good), run.last, run.sources, run.targets)
-                if good:   # a short answer (byte limit or a gap): go on from the same source
-                    todo.appendleft((rest, si))
-                elif si + 1 < len(run.sources):   # its first copy failed the check: next source
-                    todo.appendleft((rest, si + 1))
-                else:
-                    self._give_up(md, rest, 0, f"every copy of entry {rest.first} failed its check")
+                    for e in run.entry_ids:
+                        absent[e] = absent.get(e, 0) + 1
+                self._elsewhere(md, run, run.entry_ids, si, todo, absent, why)
+                continue
+            good = self._verified(verifier, run, si, got)
+            for eid, body in good:
+                adds.add(run.targets, eid, body)
+            later, missing, bad = _split(run.entry_ids, [eid for eid, _ in got], len(good))
+            for e in missing:
+                absent[e] = absent.get(e, 0) + 1
+            if later:   # cut short by the byte limit (or after a bad copy): go on from the same source
+                todo.appendleft((replace(run, entry_ids=later), si))
+            if missing or bad:
+                why = "absent" if missing else f"every copy of entry {bad[0]} failed its check"
+                self._elsewhere(md, run, tuple(sorted(missing + bad)), si, todo, absent, why)
             if adds.bytes >= cfg.copy_add_burst_bytes_max or not inflight:
                 adds.send()
         adds.send()
@@ -206,44 +206,67 @@ class FragmentCopier:
 
     def _launch(self, ledger_id: int, run: CopyRun, si: int) -> Any:
         client = self._pool.get(run.sources[si])
-        if run.entries == 1:
-            return client.read_future(ledger_id, run.first)
-        return self._ranges.submit(client.read_range, ledger_id, run.first, run.last, self._cfg.copy_range_bytes_max)
+        return client.read_entries_future(ledger_id, list(run.entry_ids), self._cfg.copy_range_bytes_max)
 
-    def _answer(self, run: CopyRun, si: int, fut: Any, stall_s: float) -> tuple[list[bytes], str]:
-        """The bodies a read returned ([] and a reason on failure: "absent" or an error text)."""
+    def _answer(self, run: CopyRun, si: int, fut: Any, stall_s: float) -> tuple[list[tuple[int, bytes]], str]:
+        """The (entry id, body) pairs a read returned; ([], reason) when it returned nothing:
+        "absent" when the source holds none of them, else an error text."""
         source = run.sources[si]
         try:
             resp = fut.result(timeout=stall_s)
         except (grpc.RpcError, grpc.FutureTimeoutError, errors.LedgerError, TimeoutError) as e:
-            if isinstance(e, errors.NoSuchEntryError | errors.NoSuchLedgerError):
-                return [], "absent"
-            log.debug("read of %d..%d from %s failed: %s", run.first, run.last, source, e)
+            log.debug("read of %d entries from %d on %s failed: %s", run.entries, run.first, source, e)
             return [], f"{source}: {e}"
         if resp.status in _ABSENT:
             return [], "absent"
         if resp.status != pb.EOK:
             return [], f"{source}: {pb.StatusCode.Name(resp.status)} {resp.detail}"
-        if isinstance(fut, Future):   # a range read
-            return list(resp.bodies), ""
-        return [resp.body], ""
+        ids = list(resp.entry_ids)
+        asked = set(run.entry_ids)
+        if not ids or len(ids) != len(resp.bodies) or not asked.issuperset(ids) \
+                or any(b <= a for a, b in pairwise(ids)):
+            return [], f"{source}: malformed answer ({len(ids)} ids for {len(resp.bodies)} bodies)"
+        return list(zip(ids, resp.bodies, strict=True)), ""
 
-    def _verified(self, verifier: _Verifier, run: CopyRun, si: int, bodies: list[bytes]) -> list[bytes]:
-        """The prefix of ``bodies`` that passes its check (a bad copy ends the prefix)."""
-        good: list[bytes] = []
-        for i, body in enumerate(bodies[:run.entries]):
+    def _verified(self, verifier: _Verifier, run: CopyRun, si: int,
+                  got: list[tuple[int, bytes]]) -> list[tuple[int, bytes]]:
+        """The prefix of ``got`` that passes its check (a bad copy ends the prefix)."""
+        good: list[tuple[int, bytes]] = []
+        for eid, body in got:
             try:
-                verifier.check(run.first + i, body)
+                verifier.check(eid, body)
             except FramingError as e:
                 log.warning("ledger %d entry %d from %s failed its check (%s); reading another copy",
-                            verifier.lid, run.first + i, run.sources[si], e)
+                            verifier.lid, eid, run.sources[si], e)
                 break
-            good.append(body)
+            good.append((eid, body))
         return good
 
     @staticmethod
-    def _give_up(md: LedgerMetadata, run: CopyRun, absent: int, why: str) -> None:
-        if absent >= len(run.sources):
+    def _elsewhere(md: LedgerMetadata, run: CopyRun, ids: tuple[int, ...], si: int,
+                   todo: deque[tuple[CopyRun, int]], absent: dict[int, int], why: str) -> None:
+        """Entries source ``si`` could not give: ask the next source, or give up when none is left."""
+        if si + 1 < len(run.sources):
+            todo.appendleft((replace(run, entry_ids=ids), si + 1))
+            return
+        lost = [e for e in ids if absent.get(e, 0) >= len(run.sources)]
+        if lost:
             raise FragmentUnrecoverableError(
-                f"ledger {md.ledger_id} entry {run.first}: no surviving copy (asked {list(run.sources)})")
-        raise ReplicationError(f"ledger {md.ledger_id} entry {run.first}: no source answered ({why})")
+                f"ledger {md.ledger_id} entry {lost[0]}: no surviving copy (asked {list(run.sources)})")
+        raise ReplicationError(f"ledger {md.ledger_id} entry {ids[0]}: no source answered ({why})")
+
+
+def _split(asked: tuple[int, ...], returned: list[int], good: int) -> tuple[tuple[int, ...], list[int], list[int]]:
+    """After a listed read that returned ``returned`` (a prefix of ``asked`` minus what the source
+    lacks) of which the first ``good`` passed their check: (ids to read again from the same source,
+    ids it does not hold, the id whose copy failed its check, if any)."""
+    top = returned[-1]
+    got = set(returned)
+    missing = [e for e in asked if e < top and e not in got]
+    if good < len(returned):
+        bad = [returned[good]]
+        later = tuple(returned[good + 1:]) + tuple(e for e in asked if e > top)
+    else:
+        bad = []
+        later = tuple(e for e in asked if e > top)
+    return later, missing, bad

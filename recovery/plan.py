@@ -86,17 +86,25 @@ def choose_replacements(placement: EnsemblePlacement, repair: FragmentRepair, wr
 
 @dataclass(frozen=True)
 class CopyRun:
-    """Consecutive entries read from one source (the first of ``sources`` that answers) and sent to
-    every bookie of ``targets``. Every source holds every entry of the run."""
+    """Entries read from one source (the first of ``sources`` that answers) in one listed read and
+    sent to every bookie of ``targets``. Every source holds every entry of the run. The ids ascend
+    but need not be consecutive: a striped fragment's entries on one bookie skip the others'."""
 
-    first: int
-    last: int
+    entry_ids: tuple[int, ...]
     sources: tuple[str, ...]
     targets: tuple[str, ...]
 
     @property
+    def first(self) -> int:
+        return self.entry_ids[0]
+
+    @property
+    def last(self) -> int:
+        return self.entry_ids[-1]
+
+    @property
     def entries(self) -> int:
-        return self.last - self.first + 1
+        return len(self.entry_ids)
 
 
 def copy_runs(md: LedgerMetadata, repair: FragmentRepair, new_bookies: Mapping[int, str],
@@ -106,15 +114,15 @@ def copy_runs(md: LedgerMetadata, repair: FragmentRepair, new_bookies: Mapping[i
     Entries whose write set has no replaced position need nothing. Sources are the bookies of the
     entry's write set that are not being replaced, reachable ones first, rotated from run to run so
     the read load spreads over the survivors; a replaced bookie that is still reachable (a live one
-    being decommissioned) comes last, for entries whose other copies are gone. Runs only merge
-    entries with the same sources and targets: when E == Qw every entry qualifies and a fragment
-    becomes a few range reads; when E > Qw neighbouring entries live on different bookies and runs
-    are single entries.
+    being decommissioned) comes last, for entries whose other copies are gone. A run gathers up to
+    ``max_entries`` entries with the same sources and targets, consecutive or not: when E == Qw a
+    fragment becomes a few ranges; when E > Qw it becomes one listed read per surviving source
+    (per-request costs, not bytes, bound a copy on Python gRPC).
     FragmentUnrecoverableError if an entry has no source at all.
     """
     replaced = set(repair.positions)
     runs: list[CopyRun] = []
-    cur: tuple[int, int, tuple[str, ...], tuple[str, ...]] | None = None
+    open_runs: dict[tuple[tuple[str, ...], tuple[str, ...]], list[int]] = {}
     for e in range(repair.first_entry_id, repair.last_entry_id + 1):
         ws = write_set(e, md.ensemble_size, md.write_quorum_size)
         targets = tuple(new_bookies[p] for p in ws if p in replaced)
@@ -128,15 +136,13 @@ def copy_runs(md: LedgerMetadata, repair: FragmentRepair, new_bookies: Mapping[i
                 f"ledger {md.ledger_id} entry {e}: every bookie of its write set "
                 f"({[repair.ensemble[p] for p in ws]}) is being replaced; no copy survives to read from")
         sources = tuple(sorted(survivors, key=lambda b: (b not in reachable, survivors.index(b))) + leaving)
-        if cur is not None and cur[1] == e - 1 and cur[2] == sources and cur[3] == targets \
-                and e - cur[0] < max_entries:
-            cur = (cur[0], e, sources, targets)
-            continue
-        if cur is not None:
-            runs.append(CopyRun(*cur))
-        cur = (e, e, sources, targets)
-    if cur is not None:
-        runs.append(CopyRun(*cur))
+        ids = open_runs.setdefault((sources, targets), [])
+        ids.append(e)
+        if len(ids) >= max_entries:
+            runs.append(CopyRun(tuple(ids), sources, targets))
+            del open_runs[(sources, targets)]
+    runs.extend(CopyRun(tuple(ids), sources, targets) for (sources, targets), ids in open_runs.items())
+    runs.sort(key=lambda r: r.first)
     replaced_bookies = set(repair.replaced)
     return [_rotated(run, k, reachable, replaced_bookies) for k, run in enumerate(runs)]
 
@@ -147,7 +153,7 @@ def _rotated(run: CopyRun, k: int, reachable: Collection[str], leaving: Collecti
         return run
     r = k % len(up)
     rest = [b for b in run.sources if b not in up]
-    return CopyRun(run.first, run.last, tuple(up[r:] + up[:r] + rest), run.targets)
+    return CopyRun(run.entry_ids, tuple(up[r:] + up[:r] + rest), run.targets)
 
 
 def copy_entry_count(md: LedgerMetadata, bookie: str) -> int:

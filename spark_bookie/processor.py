@@ -18,6 +18,7 @@ import asyncio
 import logging
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
+from itertools import pairwise
 from typing import NamedTuple, TypeVar, cast
 
 from ledger_client.protocol import bookkeeper_pb2 as pb
@@ -214,7 +215,7 @@ class RequestProcessor:
 
     # ------------------------------------------------------------------ reads
 
-    async def _in_executor(self, fn: Callable[..., T], *args: int) -> T:
+    async def _in_executor(self, fn: Callable[..., T], *args: object) -> T:
         if self._reads_in_flight >= self._cfg.in_flight_reads_max:
             raise TooManyRequestsError(f"more than {self._cfg.in_flight_reads_max} reads in flight")
         self._reads_in_flight += 1
@@ -255,12 +256,19 @@ class RequestProcessor:
 
     async def read_range(self, req: pb.ReadRangeRequest) -> pb.ReadRangeResponse:
         lid, first, last = req.ledger_id, req.first_entry_id, req.last_entry_id
+        if req.entry_ids:  # a listed read: the range fields are not used
+            first = last = 0
         if lid < 0 or first < 0 or last < first:
             raise BadRequestError(f"bad range {lid}/[{first}, {last}]")
         if not self._storage.ledger_exists(lid):
             raise NoLedgerError(f"no ledger {lid} on this bookie")
         limit = self._cfg.read_range_bytes_max
         max_bytes = min(req.max_bytes, limit) if req.max_bytes > 0 else limit
+        if req.entry_ids:
+            ids = _listed_ids(lid, req.entry_ids)
+            found, bodies = await self._in_executor(self._storage.get_entries, lid, ids, max_bytes)
+            return pb.ReadRangeResponse(status=pb.EOK, ledger_id=lid, first_entry_id=found[0], bodies=bodies,
+                                        entry_ids=found)
         bodies = await self._in_executor(self._storage.get_range, lid, first, last, max_bytes)
         return pb.ReadRangeResponse(status=pb.EOK, ledger_id=lid, first_entry_id=first, bodies=bodies)
 
@@ -278,6 +286,19 @@ class RequestProcessor:
         except BookieError:
             pass
         return resp
+
+
+LISTED_READ_IDS_MAX = 65_536  # entry ids one listed ReadRange may name (a bound on the work one request asks)
+
+
+def _listed_ids(ledger_id: int, entry_ids: Sequence[int]) -> list[int]:
+    """The ids of a listed read, checked: at most LISTED_READ_IDS_MAX, >= 0, strictly ascending."""
+    ids = list(entry_ids)
+    if len(ids) > LISTED_READ_IDS_MAX:
+        raise BadRequestError(f"ledger {ledger_id}: {len(ids)} entry ids in one read, over {LISTED_READ_IDS_MAX}")
+    if ids[0] < 0 or any(b <= a for a, b in pairwise(ids)):
+        raise BadRequestError(f"ledger {ledger_id}: listed entry ids must be >= 0 and strictly ascending")
+    return ids
 
 
 def _settle(fut: asyncio.Future[None], exc: BaseException | None) -> None:

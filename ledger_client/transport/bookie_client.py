@@ -310,6 +310,12 @@ class BookieClient:
         return self._call(self._stub.ReadRange, pb.ReadRangeRequest(
             ledger_id=ledger_id, first_entry_id=first, last_entry_id=last, max_bytes=max_bytes))
 
+    def read_entries_future(self, ledger_id: int, entry_ids: list[int], max_bytes: int = 0) -> grpc.Future:
+        """A listed read (strictly ascending ids), without blocking: a grpc Future of the
+        ReadRangeResponse whose entry_ids name its bodies (see ReadRangeRequest.entry_ids)."""
+        return self._stub.ReadRange.future(pb.ReadRangeRequest(ledger_id=ledger_id, entry_ids=entry_ids,
+                                                               max_bytes=max_bytes), timeout=self._timeout_s)
+
     def read_lac(self, ledger_id: int) -> pb.ReadLacResponse:
         return self._call(self._stub.ReadLac, pb.ReadLacRequest(ledger_id=ledger_id))
 

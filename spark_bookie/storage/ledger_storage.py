@@ -25,7 +25,7 @@ from __future__ import annotations
 import random
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -381,6 +381,47 @@ class LedgerStorage:
         if not out:
             raise NoEntryError(f"ledger {ledger_id} has no entry {first}")
         return out
+
+    def get_entries(self, ledger_id: int, entry_ids: Sequence[int],
+                    max_bytes: int) -> tuple[list[int], list[bytes]]:
+        """The listed entries (ascending ids) this bookie holds, as (ids, bodies): missing ones are
+        skipped, and the answer stops before `max_bytes` would be passed (the first entry found is
+        returned even if larger). NoEntryError if none of them is held.
+
+        A striped ledger's entries on one bookie are not consecutive but sit in the same blocks in
+        ascending order, so the walk looks ahead in the current block before asking the index.
+        """
+        self._state(ledger_id)
+        ids: list[int] = []
+        out: list[bytes] = []
+        total = 0
+        lids: tuple[int, ...] = ()
+        eids: tuple[int, ...] = ()
+        bodies: tuple[bytes, ...] = ()
+        nxt = 0
+        for eid in entry_ids:
+            while nxt < len(eids) and lids[nxt] == ledger_id and eids[nxt] < eid:
+                nxt += 1
+            if nxt < len(eids) and lids[nxt] == ledger_id and eids[nxt] == eid:
+                body = bodies[nxt]
+            else:
+                cached = self._cached(ledger_id, eid) if eid >= 0 else None
+                if cached is None:
+                    found = self._disk_lookup(ledger_id, eid) if eid >= 0 else None
+                    if found is None:
+                        continue
+                    block, slot = found
+                    lids, eids, bodies, nxt = block.ledger_ids, block.entry_ids, block.bodies, slot
+                    cached = bodies[slot]
+                body = cached
+            if out and total + len(body) > max_bytes:
+                break
+            ids.append(eid)
+            out.append(body)
+            total += len(body)
+        if not out:
+            raise NoEntryError(f"ledger {ledger_id} has none of the {len(entry_ids)} entries asked for")
+        return ids, out
 
     def _cached(self, ledger_id: int, entry_id: int) -> bytes | None:
         """Active cache, then the cache being flushed (order matters: see the module docstring)."""

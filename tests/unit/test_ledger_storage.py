@@ -141,6 +141,32 @@ def test_get_range_gap_max_bytes_and_cache_disk_mix(storage: LedgerStorage) -> N
         storage.get_range(1, 30, 40, 1000)
 
 
+def test_get_entries_skips_missing_ids_across_blocks_cache_and_ledgers(storage: LedgerStorage) -> None:
+    """A striped bookie's entries: every other id, interleaved with another ledger in the same
+    blocks, some flushed to disk and some still cached; a listed read returns exactly the held ones."""
+    storage.set_master_key(1, b"k1")
+    storage.set_master_key(2, b"k2")
+    for e in range(0, 400, 2):
+        storage.add_entry(1, e, body(1, e))
+        storage.add_entry(2, e + 1, body(2, e + 1))
+    storage.flush()
+    for e in range(400, 440, 2):   # only in the write cache
+        storage.add_entry(1, e, body(1, e))
+    asked = list(range(0, 440))     # odd ids are not held by ledger 1
+    ids, bodies = storage.get_entries(1, asked, 1 << 30)
+    assert ids == list(range(0, 440, 2))
+    assert bodies == [body(1, e) for e in ids]
+    ids, _ = storage.get_entries(1, [3, 5, 398, 399, 400, 1000], 1 << 30)
+    assert ids == [398, 400]
+    ids, bodies = storage.get_entries(1, asked, 1000)   # 5 * 200 bytes fit exactly
+    assert ids == [0, 2, 4, 6, 8] and bodies == [body(1, e) for e in ids]
+    assert storage.get_entries(1, [10], 1)[0] == [10]   # always at least one
+    with pytest.raises(NoEntryError):
+        storage.get_entries(1, [1, 3, 1001], 1000)
+    with pytest.raises(NoLedgerError):
+        storage.get_entries(7, [0], 1000)
+
+
 def test_add_is_idempotent_on_replay(storage: LedgerStorage) -> None:
     fill(storage, 1, 10)
     fill(storage, 1, 10)  # same adds again, still in the cache

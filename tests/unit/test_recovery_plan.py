@@ -105,17 +105,20 @@ def test_copy_runs_e_equals_qw_are_ranges_rotating_over_sources():
     assert all(set(r.sources) == {A, C} for r in runs)
 
 
-def test_copy_runs_e3_qw2_copy_exactly_the_entries_the_lost_bookie_stored():
+def test_copy_runs_e3_qw2_copy_exactly_the_entries_the_lost_bookie_stored_one_read_per_source():
     md = ledger({0: [A, B, C]}, closed_at=11)
     repair = plan_repair(md, {B})[0]
     runs = copy_runs(md, repair, {1: D}, reachable={A, C}, max_entries=100)
-    copied = {r.first for r in runs}
-    assert all(r.entries == 1 for r in runs)
-    assert copied == {e for e in range(12) if 1 in write_set(e, 3, 2)}
-    for r in runs:   # the source is the other bookie of the entry's write set
-        ws = {[A, B, C][p] for p in write_set(r.first, 3, 2)}
-        assert r.sources == tuple(ws - {B}) and r.targets == (D,)
+    copied = [e for r in runs for e in r.entry_ids]
+    assert sorted(copied) == [e for e in range(12) if 1 in write_set(e, 3, 2)]
+    assert len(runs) == 2                 # striped entries, not consecutive: one listed read per survivor
+    for r in runs:   # the source is the other bookie of each entry's write set
+        assert list(r.entry_ids) == sorted(r.entry_ids)
+        for e in r.entry_ids:
+            assert r.sources == tuple({[A, B, C][p] for p in write_set(e, 3, 2)} - {B}) and r.targets == (D,)
     assert copy_entry_count(md, B) == len(copied) == 8
+    small = copy_runs(md, repair, {1: D}, reachable={A, C}, max_entries=3)
+    assert max(r.entries for r in small) == 3 and sorted(e for r in small for e in r.entry_ids) == sorted(copied)
 
 
 def test_copy_runs_prefer_reachable_sources_and_fail_without_any():
@@ -130,7 +133,7 @@ def test_copy_runs_prefer_reachable_sources_and_fail_without_any():
 def test_a_live_bookie_being_replaced_is_the_last_resort_source():
     md = ledger({0: [A, B, C]}, closed_at=5)      # C is dead; B is being decommissioned but still up
     runs = copy_runs(md, plan_repair(md, {B, C})[0], {1: D, 2: E}, reachable={A, B}, max_entries=10)
-    by_entry = {r.first: r for r in runs}
+    by_entry = {e: r for r in runs for e in r.entry_ids}
     assert by_entry[1].sources == (B,)          # entry 1 lives on B and C only: B is all there is
     assert by_entry[0].sources == (A, B)        # entry 0 on A and B: A first, B as a fallback
 
@@ -144,7 +147,7 @@ def test_two_replaced_bookies_of_one_fragment_each_get_their_entries():
         ws = write_set(e, 4, 3)
         targets = tuple(x for p, x in ((0, E), (2, F)) if p in ws)
         want[e] = tuple(sorted(t for t in targets))
-    got = {r.first: tuple(sorted(r.targets)) for r in runs}
+    got = {e: tuple(sorted(r.targets)) for r in runs for e in r.entry_ids}
     assert got == want
 
 
