@@ -19,7 +19,7 @@ from typing import Any
 from metadata import MetadataStore
 from metadata import connect as connect_metadata
 
-from .zookeeper import EmbeddedZooKeeper, free_port
+from .zookeeper import EmbeddedZooKeeper, free_port, free_port_range
 
 log = logging.getLogger(__name__)
 
@@ -201,17 +201,6 @@ class Sandbox:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
-
-
-def free_port_range(count: int, attempts: int = 50) -> int:
-    """A base port such that base..base+count-1 are all free on 127.0.0.1 now (racy, like free_port)."""
-    from .zookeeper import port_in_use
-
-    for _ in range(attempts):
-        base = free_port()
-        if base + count - 1 < 65536 and not any(port_in_use(base + i) for i in range(count)):
-            return base
-    raise RuntimeError(f"found no {count} consecutive free ports")
 
 
 class SparkSandbox:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import random
 import shutil
 import signal
 import socket
@@ -78,11 +79,34 @@ def find_pyspark_jars() -> Path:
     raise ZooKeeperError(f"no ZooKeeper jar in pyspark's jars (looked in {[str(c) for c in candidates]})")
 
 
+def _ephemeral_floor() -> int:
+    """The lowest port the kernel hands to outgoing connections (Linux: ip_local_port_range)."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
+def free_port_range(count: int, attempts: int = 100) -> int:
+    """A base port such that base..base+count-1 are all free on 127.0.0.1 now (racy by nature, so
+    bind soon).
+
+    The range lies below the kernel's ephemeral ports. A server's port here is its identity (a
+    bookie id is host:port) and is bound again when the process restarts; a port in the ephemeral
+    range can meanwhile be taken by any outgoing connection on the machine (seen in CI: a restarted
+    bookie refused for minutes with "port in use").
+    """
+    top = _ephemeral_floor() - count
+    for _ in range(attempts):
+        base = random.randrange(10_000, max(top, 10_001))
+        if not any(port_in_use(base + i) for i in range(count)):
+            return base
+    raise ZooKeeperError(f"found no {count} consecutive free ports below {top + count}")
+
+
 def free_port() -> int:
-    """A TCP port that is free on 127.0.0.1 right now (tests; racy by nature, so bind soon)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((HOST, 0))
-        return int(s.getsockname()[1])
+    """A TCP port free on 127.0.0.1 right now, outside the ephemeral range (see free_port_range)."""
+    return free_port_range(1)
 
 
 def port_in_use(port: int, host: str = HOST) -> bool:
