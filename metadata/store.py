@@ -13,7 +13,7 @@ import json
 import logging
 import queue
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from types import TracebackType
 
 from metadata.errors import NoNodeError
@@ -122,6 +122,17 @@ class MetadataStore(UnderReplicationStore):
     def create_ledger_metadata(self, md: LedgerMetadata) -> int:
         """Store a new ledger's metadata; returns its version (0). NodeExistsError if the id is taken."""
         return self.create_ledger_node(md.ledger_id, encode(md))
+
+    def read_ledger_nodes(self, ledger_ids: Sequence[int]) -> list[tuple[bytes, int] | None]:
+        """read_ledger_node for many ledgers, in order. Backends that can pipeline requests
+        override it: a scan of every ledger (the auditor's) then costs one round trip per batch,
+        not one per ledger."""
+        return [self.read_ledger_node(lid) for lid in ledger_ids]
+
+    def read_ledger_metadata_many(self, ledger_ids: Sequence[int]) -> list[tuple[LedgerMetadata, int] | None]:
+        """read_ledger_metadata for many ledgers, in order; None for one that does not exist."""
+        return [None if got is None else (decode(got[0], lid), got[1])
+                for lid, got in zip(ledger_ids, self.read_ledger_nodes(ledger_ids), strict=True)]
 
     def read_ledger_metadata(self, ledger_id: int) -> tuple[LedgerMetadata, int]:
         """``(metadata, version)``; NoNodeError if the ledger does not exist, InvalidMetadataError

@@ -24,7 +24,7 @@ in :mod:`metadata.underreplication_base`.
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 
 #: ``on_change(is_auditor)``: told True when this candidate becomes the auditor and False when it
 #: stops being it (session lost, withdrawn). Called on a store thread, one call at a time.
@@ -41,6 +41,12 @@ class UnderReplicationStore(abc.ABC):
     def mark_underreplicated(self, ledger_id: int, missing: Iterable[str]) -> None:
         """Add ``missing`` bookie ids to the ledger's under-replication node (created if absent),
         by CAS so concurrent marks merge. Idempotent."""
+
+    @abc.abstractmethod
+    def mark_underreplicated_many(self, marks: Mapping[int, Iterable[str]]) -> None:
+        """mark_underreplicated for many ledgers (ledger id → missing bookie ids), in as few
+        round trips as the backend allows: an auditor marks hundreds of ledgers at once when a
+        bookie dies, and one round trip each was most of the time before the first copy."""
 
     @abc.abstractmethod
     def list_underreplicated(self) -> dict[int, list[str]]:

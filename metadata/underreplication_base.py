@@ -31,14 +31,11 @@ from __future__ import annotations
 
 import abc
 import enum
-import json
 import logging
-import os
 import random
-import socket
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING
@@ -55,6 +52,13 @@ from metadata.errors import (
 from metadata.layout import ZkLayout, check_bookie_id, check_ledger_id
 from metadata.underreplication import UnderReplicationStore
 from metadata.underreplication_election import AuditorElection, _Candidate
+from metadata.underreplication_records import (
+    check_delay_s,
+    decode_delay_s,
+    decode_underreplicated,
+    encode_lock,
+    encode_underreplicated,
+)
 from metadata.underreplication_view import EMPTY_FOR_S, LeafGroup, QueueView
 
 if TYPE_CHECKING:
@@ -62,7 +66,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-FORMAT_VERSION = 1
 #: A waiting acquire re-scans at least this often even if no watch fired, and no cached listing is
 #: used once older than this (belt and braces: a watch lost with a connection is re-armed on
 #: reconnection anyway).
@@ -105,48 +108,6 @@ def _raisable(outcome: object) -> BaseException:
     if isinstance(outcome, BaseException):
         return outcome
     return MetadataError(f"unexpected ZooKeeper answer {outcome!r}")
-
-
-# -- data formats ---------------------------------------------------------------------------------
-def encode_underreplicated(missing: Iterable[str], ctime_ms: int) -> bytes:
-    body = {"v": FORMAT_VERSION, "missing": sorted(set(missing)), "ctime_ms": int(ctime_ms)}
-    return json.dumps(body, separators=(",", ":")).encode()
-
-
-def decode_underreplicated(data: bytes, where: str) -> tuple[list[str], int]:
-    """``(missing, ctime_ms)`` of an under-replicated ledger node; InvalidMetadataError if it is
-    not one we can read (a newer format version included: never guess at it)."""
-    try:
-        body = json.loads(data.decode())
-    except (UnicodeDecodeError, ValueError) as e:
-        raise InvalidMetadataError(f"{where}: not an under-replication record ({e})") from e
-    if not isinstance(body, dict) or body.get("v") != FORMAT_VERSION:
-        raise InvalidMetadataError(f"{where}: unknown under-replication record format {data[:80]!r}")
-    missing, ctime = body.get("missing"), body.get("ctime_ms", 0)
-    if not isinstance(missing, list) or not all(isinstance(b, str) for b in missing) or not isinstance(ctime, int):
-        raise InvalidMetadataError(f"{where}: malformed under-replication record {data[:80]!r}")
-    return sorted(set(missing)), ctime
-
-
-def encode_lock() -> bytes:
-    return json.dumps({"v": FORMAT_VERSION, "host": socket.gethostname(), "pid": os.getpid()}).encode()
-
-
-def check_delay_s(seconds: int) -> int:
-    if isinstance(seconds, bool) or not isinstance(seconds, int):
-        raise ValueError(f"lost bookie recovery delay must be an int (seconds), got {seconds!r}")
-    if seconds < 0:
-        raise ValueError(f"lost bookie recovery delay must not be negative, got {seconds}")
-    return seconds
-
-
-def decode_delay_s(data: bytes | None, where: str) -> int:
-    if data is None:
-        return 0
-    try:
-        return check_delay_s(int(data.decode().strip()))
-    except (UnicodeDecodeError, ValueError) as e:
-        raise InvalidMetadataError(f"{where}: not a number of seconds: {data[:40]!r}") from e
 
 
 # -- per-store state --------------------------------------------------------------------------------
@@ -387,6 +348,30 @@ class UnderReplicationBase(AuditorElection, UnderReplicationStore):
             except (BadVersionError, NoNodeError):
                 continue
         raise MetadataUpdateConflictError(f"marking ledger {ledger_id} lost {CAS_TRIES_MAX} races in a row")
+
+    def mark_underreplicated_many(self, marks: Mapping[int, Iterable[str]]) -> None:
+        """New marks go out as one pipelined batch of (leaf bucket, node) creates, requests of one
+        session being applied in order; a ledger marked already, or whose buckets are missing
+        further up, then takes mark_underreplicated's path (merge by CAS, make every parent)."""
+        items = [(self.paths.ur_ledger(lid), lid, {check_bookie_id(b) for b in missing})
+                 for lid, missing in marks.items()]
+        if not items:
+            return
+        now_ms = int(time.time() * 1000)
+        ops: list[Op] = []
+        for path, _lid, wanted in items:
+            ops += [Op("create", path.rsplit("/", 1)[0]), Op("create", path, encode_underreplicated(wanted, now_ms))]
+        outcomes = self._ur_pipeline(ops, retry=True)
+        slow: list[tuple[int, set[str]]] = []
+        for (path, lid, wanted), node_done in zip(items, outcomes[1::2], strict=True):
+            if isinstance(node_done, str):
+                self._ur_listing_changed(path.rsplit("/", 2)[0])  # read our own write at once
+            elif isinstance(node_done, NodeExistsError | NoNodeError):
+                slow.append((lid, wanted))
+            else:
+                raise _raisable(node_done)
+        for lid, wanted in slow:
+            self.mark_underreplicated(lid, wanted)
 
     def _ur_create_marked(self, path: str, data: bytes, attempt: int) -> None:
         """Create a ledger's node. The first try sends its leaf bucket's creation and its own

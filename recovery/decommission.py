@@ -43,7 +43,7 @@ def is_registered(store: MetadataStore, bookie_id: str) -> bool:
 
 
 def drain_bookie(store: MetadataStore, bookie_id: str, *, timeout_s: float, poll_s: float = 1.0,
-                 progress: Progress | None = None, metadata_reads_in_flight_max: int = 16,
+                 progress: Progress | None = None, metadata_reads_in_flight_max: int = 256,
                  clock: Callable[[], float] = time.monotonic) -> DrainProgress:
     """Mark every ledger naming ``bookie_id`` and wait until none does; returns the last progress.
 

@@ -232,11 +232,13 @@ class Bookie:
             prev = self._registered_read_only
             if prev == read_only:
                 return
-            if prev is not None:
-                self.metadata.unregister_bookie(self.bookie_id, readonly=prev)
+            # The new node first, then the old one goes (BookKeeper's doRegisterReadOnlyBookie):
+            # at no moment is the bookie in neither list, so an auditor never sees it lost.
             self.metadata.register_bookie(self.bookie_id, readonly=read_only,
                                           data=self._registration_data(),
                                           wait_ms_max=self.config.registration_wait_ms_max)
+            if prev is not None:
+                self.metadata.unregister_bookie(self.bookie_id, readonly=prev)
             self._registered_read_only = read_only
 
     def _on_read_only_change(self, read_only: bool) -> None:

@@ -420,6 +420,20 @@ class ZkMetadataStore(MetadataStore, ZkUnderReplication):
     def read_ledger_node(self, ledger_id: int) -> tuple[bytes, int] | None:
         return self._read(self.paths.ledger(ledger_id))
 
+    def read_ledger_nodes(self, ledger_ids: Sequence[int]) -> list[tuple[bytes, int] | None]:
+        paths = [self.paths.ledger(lid) for lid in ledger_ids]
+        starts = [partial(self._client.get_async, p) for p in paths]
+        out: list[tuple[bytes, int] | None] = []
+        for path, outcome in zip(paths, self._gather("read ledgers", starts, self._deadline(), idempotent=True),
+                                 strict=True):
+            if isinstance(outcome, kz.NoNodeError):
+                out.append(None)
+            elif isinstance(outcome, kz.ZookeeperError):
+                raise MetadataError(f"read {path}: {outcome!r}") from outcome
+            else:
+                out.append((bytes(outcome[0]), int(outcome[1].version)))
+        return out
+
     def write_ledger_node(self, ledger_id: int, data: bytes, version: int) -> int:
         path = self.paths.ledger(ledger_id)
         try:

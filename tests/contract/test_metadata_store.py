@@ -428,6 +428,11 @@ def test_ledger_metadata_crud(store: MetadataStore) -> None:
     store.delete_ledger_metadata(lid, version=1)
     with pytest.raises(NoNodeError, match=f"ledger {lid}"):
         store.read_ledger_metadata(lid)
+    # the batched read (the auditor's scan): in order, None for a ledger that is not there
+    got = store.read_ledger_metadata_many([2**40, lid, other])
+    assert got[1] is None and [(x[0].ledger_id, x[1]) for x in (got[0], got[2]) if x] == [(2**40, 0), (other, 0)]
+    assert got[2] == store.read_ledger_metadata(other)
+    assert store.read_ledger_metadata_many([]) == []
     with pytest.raises(NoNodeError):
         store.delete_ledger_metadata(lid)
     with pytest.raises(NoNodeError):

@@ -207,6 +207,20 @@ def test_mark_merges_and_lists(backend: Backend, store: MetadataStore) -> None:
         store.mark_underreplicated(5, ["bad/id"])
 
 
+def test_mark_many_creates_merges_and_makes_buckets(backend: Backend, store: MetadataStore) -> None:
+    store.mark_underreplicated(7, ["b:1"])
+    many = {lid: ["b:2"] for lid in range(0, 600, 3)} | {2**40 + 5: ["b:2", "b:3"]}
+    store.mark_underreplicated_many(many)   # new ledgers, new buckets at every level, and one already marked
+    store.mark_underreplicated_many({})
+    want = {lid: list(m) for lid, m in many.items()}
+    want[7] = ["b:1"]
+    assert backend.make().list_underreplicated() == want | {7: ["b:1"]}
+    store.mark_underreplicated_many({3: ["b:9"], 7: ["b:2"]})   # merges into existing marks
+    assert store.missing_replicas(3) == ["b:2", "b:9"] and store.missing_replicas(7) == ["b:1", "b:2"]
+    with pytest.raises(ValueError):
+        store.mark_underreplicated_many({5: ["bad/id"]})
+
+
 def test_queue_needs_an_initialised_cluster(backend: Backend) -> None:
     fresh = backend.make()
     with pytest.raises(NoNodeError, match="init"):
