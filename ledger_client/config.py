@@ -25,6 +25,8 @@ class ClientConfig:
     bookie_batch_entries_max: int = 512       # adds per stream message to one bookie
     bookie_in_flight_adds_max: int = 10_000   # sent to one bookie, not yet answered (< its per-stream limit)
     bookie_backlog_adds_max: int = 200_000    # waiting for one bookie; beyond, it is too slow and is replaced
+    bookie_messages_in_flight_max: int = 1    # unanswered stream messages per bookie before adds gather (0 = off)
+    bookie_window_bypass_adds: int = 16       # ... unless this many adds are waiting: then they go at once
     placement_seed: int | None = None         # seed of the placement randomness (tests, simulation)
 
     def __post_init__(self) -> None:
@@ -33,5 +35,5 @@ class ClientConfig:
             if isinstance(v, int) and not isinstance(v, bool) and v < 0:
                 raise IncorrectParameterError(f"client config {f.name} must not be negative")
         if min(self.outstanding_adds_max, self.bookie_batch_entries_max, self.bookie_in_flight_adds_max,
-               self.bookie_backlog_adds_max) < 1:
+               self.bookie_backlog_adds_max, self.bookie_window_bypass_adds) < 1:
             raise IncorrectParameterError("outstanding_adds_max and the bookie_* add limits must be >= 1")
