@@ -75,6 +75,9 @@ class BookieProcess:
         return cmd
 
     def start(self) -> None:
+        if self.alive:  # a second process would fail on the directory lock and orphan this one
+            raise RuntimeError(f"bookie {self.bookie_id} is still running (pid {self.proc.pid if self.proc else '?'}); "
+                               "stop or kill it before starting it again")
         cmd = self.command()
         with open(self.log_path, "ab") as logf:
             self._log_offset = logf.tell()
