@@ -182,3 +182,39 @@ def test_placement_check_counts_fragments_that_break_the_policy():
             assert store.list_underreplicated() == {}   # reported, not moved (BookKeeper's default)
         finally:
             a.stop()
+
+
+class _RecordingStore(InMemoryMetadataStore):
+    """The twin, noting the order of the auditor's batch marks and batch reads."""
+
+    def __init__(self, zk: InMemoryZooKeeper) -> None:
+        super().__init__(zk)
+        self.calls: list[tuple[str, tuple[int, ...]]] = []
+
+    def mark_underreplicated_many(self, marks):  # type: ignore[no-untyped-def]
+        if marks:
+            self.calls.append(("mark", tuple(sorted(marks))))
+        super().mark_underreplicated_many(marks)
+
+    def read_ledger_metadata_many(self, ledger_ids):  # type: ignore[no-untyped-def]
+        self.calls.append(("read", tuple(ledger_ids)))
+        return super().read_ledger_metadata_many(ledger_ids)
+
+
+def test_indexed_ledgers_are_marked_before_the_scan_and_new_ones_by_it(cluster):
+    """The last scan's index lets the audit mark a lost bookie's known ledgers before reading any
+    metadata; a ledger created since (unknown to the index) is still found by the scan."""
+    bookies, _ = cluster
+    store = _RecordingStore(bookies.zk)
+    a = start_auditor(store)
+    try:
+        bookies.create_ledger_metadata(closed_ledger(4, [C, D, E]))   # after the first audit's scan
+        store.calls.clear()
+        bookies.unregister_bookie(C, readonly=False)
+        wait_until(lambda: a.stats.lost_bookies_audited == [C], 10, "the audit of C")
+        assert store.calls[0] == ("mark", (1, 2, 3))          # from the index, before any read
+        assert ("mark", (4,)) in store.calls[1:]               # the scan found the new ledger
+        assert store.list_underreplicated() == {1: [C], 2: [C], 3: [C], 4: [C]}
+    finally:
+        a.stop()
+        store.close()
