@@ -22,7 +22,7 @@ there, so nothing blocks ZooKeeper's event thread.
 Cost per ledger (what bounds re-replication on a busy machine, where each ZooKeeper request costs
 ~0.2-0.3 ms of client CPU): acquire = one round trip (lock create + node read, pipelined) on top
 of the bucket listings cached between child-watch events (:mod:`metadata.underreplication_view`);
-mark_replicated = one round trip (CAS delete + leaf-bucket prune) plus the lock's delete. The
+mark_replicated = one round trip (CAS delete + leaf-bucket prune + the lock's delete). The
 lock holder keeps the node's record (:meth:`UnderReplicationBase.acquired_missing_replicas`), so a
 worker needs no second read. The election is :mod:`metadata.underreplication_election`.
 """
@@ -638,9 +638,14 @@ class UnderReplicationBase(AuditorElection, UnderReplicationStore):
                     self._ur_forget(ledger_id, held)
                 return node is None
         bucket = path.rsplit("/", 1)[0]
-        # the node (CAS on the version seen at acquire) and, if that emptied it, its leaf bucket
-        node_gone, bucket_gone = self._ur_pipeline([Op("delete", path, version=held.version),
-                                                    Op("delete", bucket)], retry=False)
+        # the node (CAS on the version seen at acquire), if that emptied it its leaf bucket, and
+        # (when our session still owns it) the lock, which goes whether or not the node did
+        ops = [Op("delete", path, version=held.version), Op("delete", bucket)]
+        unlock = held.session is not None and held.session == self._ur_live_session()
+        if unlock:
+            ops.append(Op("delete", self.paths.ur_lock(ledger_id)))
+        outcomes = self._ur_pipeline(ops, retry=False)
+        node_gone, bucket_gone = outcomes[0], outcomes[1]
         if node_gone is None or isinstance(node_gone, NoNodeError):
             removed = True
         elif isinstance(node_gone, BadVersionError):
@@ -652,7 +657,11 @@ class UnderReplicationBase(AuditorElection, UnderReplicationStore):
                 self._ur_done[ledger_id] = time.monotonic()
                 self._ur_trim_done()
             self._ur_prune_above(bucket)
-        self.release_underreplicated(ledger_id)
+        if unlock and (outcomes[2] is None or isinstance(outcomes[2], NoNodeError)):
+            self._ur_view.note_unlocked(ledger_id)
+            self._ur_forget(ledger_id, held)
+        else:
+            self.release_underreplicated(ledger_id)
         return removed
 
     def _ur_trim_done(self) -> None:
