@@ -95,12 +95,12 @@ class StreamLimits:
     here, up to backlog_adds_max, beyond which the bookie is too slow to keep and the add fails
     (BookieUnavailableError: the writer replaces it, as BookKeeper does with a slow bookie).
 
-    messages_in_flight_max: while this many messages are unanswered, the next one waits until
-    the answer comes or window_bypass_adds adds are queued (0 = never wait). A stream message
+    messages_in_flight_max: while this many messages are unanswered and the newest carried fewer
+    than window_bypass_adds adds, the next one waits for an answer (0 = never wait). A message
     costs each side a few hundred microseconds of CPU whatever it carries; at a few thousand
     appends/s, sending each add on its own kept two cores ~80% busy and the queueing made the
     p99; waiting for the answer turns the adds that arrive meanwhile into one message, while a
-    busy writer's batches still leave back to back.
+    busy writer's big batches still leave back to back.
     """
 
     batch_entries_max: int = 512
@@ -126,7 +126,7 @@ class _AddStream:
         self._msgs_max = limits.messages_in_flight_max
         self._bypass = limits.window_bypass_adds
         self._msgs: deque[int] = deque()     # unanswered adds of each message sent, oldest first
-        self._waiting = False                # the sender waits in _wait_for_room
+        self._last_size = 0                  # adds in the newest message sent
         self._room = threading.Condition()   # the sender waits here while _sent is at the bound
         self._address = address
         self.broken: BaseException | None = None
@@ -168,6 +168,7 @@ class _AddStream:
             with self._room:
                 self._sent += n
                 self._msgs.append(n)
+                self._last_size = n
             yield pb.AddBatch(ledger_adds=[
                 pb.LedgerAdds(ledger_id=lid, flag=cast(pb.AddFlag, flag), master_key=key, entry_ids=eids,
                               request_ids=rids, bodies=bodies)
@@ -179,14 +180,14 @@ class _AddStream:
         """Block while the bookie holds in_flight_adds_max of ours; then how many may go now."""
         with self._room:
             while (self._sent >= self._in_flight_max or self._window_full()) and self.broken is None:
-                self._waiting = True
                 self._room.wait(1.0)
-            self._waiting = False
             return max(1, min(self._batch_entries_max, self._in_flight_max - self._sent))
 
     def _window_full(self) -> bool:
-        """messages_in_flight_max messages are unanswered and less than a full batch is queued."""
-        return 0 < self._msgs_max <= len(self._msgs) and self._q.qsize() < self._bypass
+        """messages_in_flight_max messages are unanswered and the newest of them was small (fewer
+        than window_bypass_adds adds): the writer is not busy, so gathering costs at most one
+        round trip. A busy writer's messages are big, and the next one goes at once."""
+        return 0 < self._msgs_max <= len(self._msgs) and self._last_size < self._bypass
 
     def _answered(self, n: int) -> None:
         with self._room:
@@ -249,9 +250,6 @@ class _AddStream:
                 raise self.broken
             return
         self._q.put(item)
-        if self._waiting and self._q.qsize() >= self._bypass:   # enough for a batch: it goes at once
-            with self._room:
-                self._room.notify()
 
     def close(self) -> None:
         self._q.put(_STOP)
