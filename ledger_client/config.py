@@ -25,8 +25,8 @@ class ClientConfig:
     bookie_batch_entries_max: int = 512       # adds per stream message to one bookie
     bookie_in_flight_adds_max: int = 10_000   # sent to one bookie, not yet answered (< its per-stream limit)
     bookie_backlog_adds_max: int = 200_000    # waiting for one bookie; beyond, it is too slow and is replaced
-    bookie_messages_in_flight_max: int = 1    # unanswered stream messages per bookie before adds gather (0 = off)
-    bookie_window_bypass_adds: int = 16       # ... unless this many adds are waiting: then they go at once
+    bookie_messages_in_flight_max: int = 1    # unanswered small messages per bookie before adds gather (0 = off)
+    bookie_window_bypass_adds: int = 16       # a message with this many adds is not small: no wait after it
     placement_seed: int | None = None         # seed of the placement randomness (tests, simulation)
 
     def __post_init__(self) -> None:
