@@ -50,47 +50,46 @@ def test_listed_read_returns_held_entries_from_cache_and_disk_and_refuses_bad_li
         c.close()
 
 
+def _closed_striped_ledger(sb, c, n: int, size: int):  # type: ignore[no-untyped-def]
+    """A closed E3/Qw2 ledger of ``n`` known entries, and a bookie outside its ensemble."""
+    w = c.create_ledger(3, 2, 2)
+    for f in [w.append_async(data(w.ledger_id, i, size)) for i in range(n)]:
+        f.result(30)
+    w.close()
+    md = c.ledger_metadata(w.ledger_id)
+    return md, next(x.bookie_id for x in sb.bookies if x.bookie_id not in md.ensembles[0])
+
+
 def test_copier_takes_what_a_source_lacks_from_the_next_one(cluster_factory):
     """Sources listed for every entry of an E3/Qw2 ledger include bookies that hold only some of
     them: the copier must still put every entry, digest intact, on the target."""
     sb = cluster_factory(4)
     with client(sb) as c:
-        w = c.create_ledger(3, 2, 2)
         n = 40
-        for f in [w.append_async(data(w.ledger_id, i, 300)) for i in range(n)]:
-            f.result(30)
-        w.close()
-        md = c.ledger_metadata(w.ledger_id)
-        ensemble = md.ensembles[0]
-        target = next(x.bookie_id for x in sb.bookies if x.bookie_id not in ensemble)
-        run = CopyRun(tuple(range(n)), tuple(ensemble), (target,))   # each source lacks a third
+        md, target = _closed_striped_ledger(sb, c, n, 300)
+        run = CopyRun(tuple(range(n)), tuple(md.ensembles[0]), (target,))   # each source lacks a third
         copier = FragmentCopier(c.pool, AutoRecoveryConfig(copy_range_bytes_max=4096))   # short answers too
         stats = copier.copy(md, [run])
         assert stats.entries == n
-        got = _listed(c.pool.get(target), w.ledger_id, list(range(n)), 1 << 30)
+        got = _listed(c.pool.get(target), md.ledger_id, list(range(n)), 1 << 30)
         assert list(got.entry_ids) == list(range(n))
         dig = Digester(DigestType.CRC32C, b"")
-        assert [dig.unframe(bd, w.ledger_id, e)[2] for e, bd in zip(got.entry_ids, got.bodies, strict=True)] \
-            == [data(w.ledger_id, e, 300) for e in range(n)]
+        assert [dig.unframe(bd, md.ledger_id, e)[2] for e, bd in zip(got.entry_ids, got.bodies, strict=True)] \
+            == [data(md.ledger_id, e, 300) for e in range(n)]
 
 
 def test_striped_fragment_copy_reads_once_per_surviving_source(cluster_factory):
     sb = cluster_factory(4)
     with client(sb) as c:
-        w = c.create_ledger(3, 2, 2)
         n = 60
-        for f in [w.append_async(data(w.ledger_id, i, 100)) for i in range(n)]:
-            f.result(30)
-        w.close()
-        md = c.ledger_metadata(w.ledger_id)
+        md, target = _closed_striped_ledger(sb, c, n, 100)
         lost = md.ensembles[0][1]
-        target = next(x.bookie_id for x in sb.bookies if x.bookie_id not in md.ensembles[0])
         repair = plan_repair(md, {lost})[0]
         runs = copy_runs(md, repair, {1: target}, reachable=set(md.ensembles[0]) - {lost}, max_entries=512)
         assert len(runs) == 2
         FragmentCopier(c.pool, AutoRecoveryConfig()).copy(md, runs)
         held = [e for e in range(n) if 1 in write_set(e, 3, 2)]
-        got = _listed(c.pool.get(target), w.ledger_id, list(range(n)), 1 << 30)
+        got = _listed(c.pool.get(target), md.ledger_id, list(range(n)), 1 << 30)
         assert list(got.entry_ids) == held
         # the master key travelled with the RECOVERY adds: the target checks it like the others
-        assert add_all(c.pool.get(target), w.ledger_id, range(n, n + 1), key=b"x" * 20)[0].status == pb.EUA
+        assert add_all(c.pool.get(target), md.ledger_id, range(n, n + 1), key=b"x" * 20)[0].status == pb.EUA
