@@ -177,7 +177,8 @@ class _AddStream:
                 return
 
     def _wait_for_room(self) -> int:
-        """Block while the bookie holds in_flight_adds_max of ours; then how many may go now."""
+        """Block while the bookie holds in_flight_adds_max of ours or the message window is full
+        (see StreamLimits); then how many adds may go now."""
         with self._room:
             while (self._sent >= self._in_flight_max or self._window_full()) and self.broken is None:
                 self._room.wait(1.0)
