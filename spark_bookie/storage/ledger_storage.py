@@ -341,43 +341,21 @@ class LedgerStorage:
 
     def get_range(self, ledger_id: int, first: int, last: int, max_bytes: int) -> list[bytes]:
         """Consecutive entries from `first`, stopping at `last`, a gap, or `max_bytes` (the first
-        entry is returned even if larger). NoEntryError if `first` itself is missing.
-
-        Sequential reads walk the slots of a decoded block directly (a block holds consecutive
-        entries and entries are immutable, so any stored copy is the entry); the write caches
-        and the index are consulted only where the block runs out.
-        """
+        entry is returned even if larger). NoEntryError if `first` itself is missing."""
         self._state(ledger_id)
         out: list[bytes] = []
         if first > last:
             return out
         if first < 0:
             raise NoEntryError(f"ledger {ledger_id} has no entry {first}")
+        walk = _BlockWalk(self, ledger_id)
         total = 0
-        eid = first
-        lids: tuple[int, ...] = ()
-        eids: tuple[int, ...] = ()
-        bodies: tuple[bytes, ...] = ()
-        nxt = 0
-        while eid <= last:
-            if nxt < len(bodies) and eids[nxt] == eid and lids[nxt] == ledger_id:
-                body = bodies[nxt]
-                nxt += 1
-            else:
-                cached = self._cached(ledger_id, eid)
-                if cached is None:
-                    found = self._disk_lookup(ledger_id, eid)
-                    if found is None:
-                        break
-                    block, slot = found
-                    lids, eids, bodies, nxt = block.ledger_ids, block.entry_ids, block.bodies, slot + 1
-                    cached = bodies[slot]
-                body = cached
-            if out and total + len(body) > max_bytes:
+        for eid in range(first, last + 1):
+            body = walk.body(eid)
+            if body is None or (out and total + len(body) > max_bytes):
                 break
             out.append(body)
             total += len(body)
-            eid += 1
         if not out:
             raise NoEntryError(f"ledger {ledger_id} has no entry {first}")
         return out
@@ -386,34 +364,16 @@ class LedgerStorage:
                     max_bytes: int) -> tuple[list[int], list[bytes]]:
         """The listed entries (ascending ids) this bookie holds, as (ids, bodies): missing ones are
         skipped, and the answer stops before `max_bytes` would be passed (the first entry found is
-        returned even if larger). NoEntryError if none of them is held.
-
-        A striped ledger's entries on one bookie are not consecutive but sit in the same blocks in
-        ascending order, so the walk looks ahead in the current block before asking the index.
-        """
+        returned even if larger). NoEntryError if none of them is held."""
         self._state(ledger_id)
+        walk = _BlockWalk(self, ledger_id)
         ids: list[int] = []
         out: list[bytes] = []
         total = 0
-        lids: tuple[int, ...] = ()
-        eids: tuple[int, ...] = ()
-        bodies: tuple[bytes, ...] = ()
-        nxt = 0
         for eid in entry_ids:
-            while nxt < len(eids) and lids[nxt] == ledger_id and eids[nxt] < eid:
-                nxt += 1
-            if nxt < len(eids) and lids[nxt] == ledger_id and eids[nxt] == eid:
-                body = bodies[nxt]
-            else:
-                cached = self._cached(ledger_id, eid) if eid >= 0 else None
-                if cached is None:
-                    found = self._disk_lookup(ledger_id, eid) if eid >= 0 else None
-                    if found is None:
-                        continue
-                    block, slot = found
-                    lids, eids, bodies, nxt = block.ledger_ids, block.entry_ids, block.bodies, slot
-                    cached = bodies[slot]
-                body = cached
+            body = walk.body(eid) if eid >= 0 else None
+            if body is None:
+                continue
             if out and total + len(body) > max_bytes:
                 break
             ids.append(eid)
@@ -621,3 +581,39 @@ def measure(
         "read_entries_per_s": entries / (t4 - t3),
         "read_mib_per_s": raw / (t4 - t3) / (1 << 20),
     }
+
+
+class _BlockWalk:
+    """Reads ascending entry ids of one ledger (get_range, get_entries): the decoded block of the
+    last disk lookup is looked ahead in before the write caches and the index are asked. A block
+    holds a ledger's entries in ascending order (a striped ledger's on one bookie are not
+    consecutive), and entries are immutable, so any stored copy is the entry."""
+
+    __slots__ = ("_storage", "_lid", "_lids", "_eids", "_bodies", "_nxt")
+
+    def __init__(self, storage: LedgerStorage, ledger_id: int) -> None:
+        self._storage = storage
+        self._lid = ledger_id
+        self._lids: tuple[int, ...] = ()
+        self._eids: tuple[int, ...] = ()
+        self._bodies: tuple[bytes, ...] = ()
+        self._nxt = 0
+
+    def body(self, entry_id: int) -> bytes | None:
+        """The entry's body, or None if this bookie does not hold it."""
+        lid, lids, eids, n = self._lid, self._lids, self._eids, self._nxt
+        while n < len(eids) and lids[n] == lid and eids[n] < entry_id:
+            n += 1
+        if n < len(eids) and lids[n] == lid and eids[n] == entry_id:
+            self._nxt = n + 1
+            return self._bodies[n]
+        self._nxt = n
+        cached = self._storage._cached(lid, entry_id)
+        if cached is not None:
+            return cached
+        found = self._storage._disk_lookup(lid, entry_id)
+        if found is None:
+            return None
+        block, slot = found
+        self._lids, self._eids, self._bodies, self._nxt = block.ledger_ids, block.entry_ids, block.bodies, slot + 1
+        return block.bodies[slot]
