@@ -329,30 +329,13 @@ class UnderReplicationBase(AuditorElection, UnderReplicationStore):
 
     # -- the queue ----------------------------------------------------------------------------
     def mark_underreplicated(self, ledger_id: int, missing: Iterable[str]) -> None:
-        path = self.paths.ur_ledger(ledger_id)
-        wanted = {check_bookie_id(b) for b in missing}
-        for attempt in range(CAS_TRIES_MAX):
-            got = None if attempt == 0 else self._ur_get(path)  # most marks are of a new ledger
-            if got is None:
-                try:
-                    self._ur_create_marked(path, encode_underreplicated(wanted, int(time.time() * 1000)), attempt)
-                    return
-                except NodeExistsError:
-                    continue  # marked already (by someone, or by our retried create): merge
-            current, ctime_ms = decode_underreplicated(got[0], path)
-            if wanted <= set(current):
-                return
-            try:
-                self._ur_set(path, encode_underreplicated(wanted.union(current), ctime_ms), got[1])
-                return
-            except (BadVersionError, NoNodeError):
-                continue
-        raise MetadataUpdateConflictError(f"marking ledger {ledger_id} lost {CAS_TRIES_MAX} races in a row")
+        self.mark_underreplicated_many({ledger_id: missing})
 
     def mark_underreplicated_many(self, marks: Mapping[int, Iterable[str]]) -> None:
         """New marks go out as one pipelined batch of (leaf bucket, node) creates, requests of one
-        session being applied in order; a ledger marked already, or whose buckets are missing
-        further up, then takes mark_underreplicated's path (merge by CAS, make every parent)."""
+        session being applied in order (each ledger id below 2**16 has a leaf bucket of its own:
+        one round trip, not three); a ledger marked already, or whose buckets are missing further
+        up, then takes the slow path (merge by CAS, make every parent)."""
         items = [(self.paths.ur_ledger(lid), lid, {check_bookie_id(b) for b in missing})
                  for lid, missing in marks.items()]
         if not items:
@@ -362,36 +345,42 @@ class UnderReplicationBase(AuditorElection, UnderReplicationStore):
         for path, _lid, wanted in items:
             ops += [Op("create", path.rsplit("/", 1)[0]), Op("create", path, encode_underreplicated(wanted, now_ms))]
         outcomes = self._ur_pipeline(ops, retry=True)
-        slow: list[tuple[int, set[str]]] = []
+        slow: list[tuple[str, int, set[str], bool]] = []
         for (path, lid, wanted), node_done in zip(items, outcomes[1::2], strict=True):
             if isinstance(node_done, str):
                 self._ur_listing_changed(path.rsplit("/", 2)[0])  # read our own write at once
             elif isinstance(node_done, NodeExistsError | NoNodeError):
-                slow.append((lid, wanted))
+                slow.append((path, lid, wanted, isinstance(node_done, NoNodeError)))
             else:
                 raise _raisable(node_done)
-        for lid, wanted in slow:
-            self.mark_underreplicated(lid, wanted)
+        for path, lid, wanted, no_parent in slow:
+            self._ur_merge_mark(path, lid, wanted, now_ms, create_first=no_parent)
 
-    def _ur_create_marked(self, path: str, data: bytes, attempt: int) -> None:
-        """Create a ledger's node. The first try sends its leaf bucket's creation and its own
-        together (each ledger id below 2**16 has a bucket of its own: one round trip, not three);
-        NodeExistsError if the node is there."""
-        bucket = path.rsplit("/", 1)[0]
-        if attempt == 0:
-            _, node_done = self._ur_pipeline([Op("create", bucket), Op("create", path, data)], retry=True)
-            if isinstance(node_done, str):
-                self._ur_listing_changed(bucket.rsplit("/", 1)[0])  # read our own write at once
+    def _ur_merge_mark(self, path: str, ledger_id: int, wanted: set[str], ctime_ms: int, *,
+                       create_first: bool) -> None:
+        """After the pipelined create failed: make the node with every missing parent (first, when
+        a grand-parent bucket was missing), or merge into it by CAS so concurrent marks all land."""
+        for attempt in range(CAS_TRIES_MAX - 1):  # the pipelined create was the first try
+            got = None if attempt == 0 and create_first else self._ur_get(path)
+            if got is None:
+                try:
+                    self._ur_create_path(path, encode_underreplicated(wanted, ctime_ms))
+                except NodeExistsError:
+                    continue  # marked meanwhile (by someone, or by our retried create): merge
+                bucket = path.rsplit("/", 1)[0]
+                for _ in range(4):
+                    bucket = bucket.rsplit("/", 1)[0]
+                    self._ur_listing_changed(bucket)
                 return
-            if isinstance(node_done, NodeExistsError):
-                raise node_done
-            if not isinstance(node_done, NoNodeError):
-                raise _raisable(node_done)
-            # a missing grand-parent bucket: the slow path makes every parent
-        self._ur_create_path(path, data)
-        for _ in range(4):
-            bucket = bucket.rsplit("/", 1)[0]
-            self._ur_listing_changed(bucket)
+            current, first_ctime_ms = decode_underreplicated(got[0], path)
+            if wanted <= set(current):
+                return
+            try:
+                self._ur_set(path, encode_underreplicated(wanted.union(current), first_ctime_ms), got[1])
+                return
+            except (BadVersionError, NoNodeError):
+                continue
+        raise MetadataUpdateConflictError(f"marking ledger {ledger_id} lost {CAS_TRIES_MAX} races in a row")
 
     def list_underreplicated(self) -> dict[int, list[str]]:
         groups, _ = self._ur_view.leaf_groups(0.0, refetch=True)  # exact: other sessions' marks too
