@@ -152,9 +152,6 @@ class FragmentCopier:
         self._pool = pool
         self._cfg = config
 
-    def close(self) -> None:
-        """Nothing of its own to release (reads and adds use the pool's connections)."""
-
     def copy(self, md: LedgerMetadata, runs: list[CopyRun], cancel: threading.Event | None = None) -> CopyStats:
         """Copy every run; returns what was written once every target acknowledged it durably.
         ReplicationError as soon as ``cancel`` is set (the worker is stopping)."""

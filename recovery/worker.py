@@ -133,7 +133,6 @@ class ReplicationWorker:
             self._deferred.clear()
         for lid in held:
             self._release(lid)
-        self._copier.close()
 
     # ------------------------------------------------------------------ the loop
 
