@@ -256,16 +256,14 @@ class RequestProcessor:
 
     async def read_range(self, req: pb.ReadRangeRequest) -> pb.ReadRangeResponse:
         lid, first, last = req.ledger_id, req.first_entry_id, req.last_entry_id
-        if req.entry_ids:  # a listed read: the range fields are not used
-            first = last = 0
-        if lid < 0 or first < 0 or last < first:
+        ids = _listed_ids(lid, req.entry_ids) if req.entry_ids else None  # listed: the range is not used
+        if lid < 0 or (ids is None and (first < 0 or last < first)):
             raise BadRequestError(f"bad range {lid}/[{first}, {last}]")
         if not self._storage.ledger_exists(lid):
             raise NoLedgerError(f"no ledger {lid} on this bookie")
         limit = self._cfg.read_range_bytes_max
         max_bytes = min(req.max_bytes, limit) if req.max_bytes > 0 else limit
-        if req.entry_ids:
-            ids = _listed_ids(lid, req.entry_ids)
+        if ids is not None:
             found, bodies = await self._in_executor(self._storage.get_entries, lid, ids, max_bytes)
             return pb.ReadRangeResponse(status=pb.EOK, ledger_id=lid, first_entry_id=found[0], bodies=bodies,
                                         entry_ids=found)
