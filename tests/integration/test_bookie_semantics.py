@@ -167,17 +167,20 @@ def test_read_only_mode_engages_and_clears(cluster_factory, tmp_path):
         with open(filler, "wb") as f:
             os.posix_fallocate(f.fileno(), 0, filler_bytes)
         try:
-            wait_until(lambda: b.bookie_id in store.list_bookies(readonly=True),
-                       what="read-only registration")
-            assert b.bookie_id not in store.list_bookies()
+            # The bookie joins the read-only list before it leaves the writable one
+            # (BookKeeper's order: never in neither list), so wait for both.
+            wait_until(lambda: b.bookie_id in store.list_bookies(readonly=True)
+                       and b.bookie_id not in store.list_bookies(),
+                       what="read-only registration replacing the writable one")
             r = add_all(c, 8, range(5, 6))[0]
             assert r.status == pb.EREADONLY
             assert c.info().read_only
             check_entry(c, 8, 4)  # reads are still served
         finally:
             filler.unlink()
-        wait_until(lambda: b.bookie_id in store.list_bookies(), what="writable registration")
-        assert b.bookie_id not in store.list_bookies(readonly=True)
+        wait_until(lambda: b.bookie_id in store.list_bookies()
+                   and b.bookie_id not in store.list_bookies(readonly=True),
+                   what="writable registration replacing the read-only one")
         assert add_all(c, 8, range(5, 6))[0].status == pb.EOK
 
 
