@@ -1,4 +1,4 @@
-"""The ZooKeeper metadata store (kazoo). The only module of the project that imports kazoo.
+"""The ZooKeeper metadata store (kazoo, which only the modules of this package import).
 
 Two rules shape it. Every call is bounded by a deadline (kazoo alone would queue a request until a
 connection comes back, i.e. forever when ZooKeeper is down). And nothing blocking runs in kazoo's
@@ -35,6 +35,7 @@ from metadata.errors import (
 from metadata.layout import LAYOUT_TEXT, ZkLayout, is_bucket_name, is_ledger_node_name, parse_connect_string
 from metadata.store import MetadataStore, SessionEvent, SessionListener, SessionWorker, parse_bookie_info
 from metadata.watches import BookiesWatchCallback, BookiesWatchState, LedgerWatchCallback, LedgerWatchState
+from metadata.zk.handler import PollingHandler
 from metadata.zk.underreplication import ZkUnderReplication
 
 log = logging.getLogger(__name__)
@@ -85,6 +86,7 @@ class ZkMetadataStore(MetadataStore, ZkUnderReplication):
             hosts=info.hosts_string,
             timeout=session_timeout_ms / 1000,
             connection_retry=KazooRetry(max_tries=-1, delay=0.1, backoff=2, max_delay=2.0),
+            handler=PollingHandler(),
         )
         self._client.add_listener(self._on_state)
         self._ur_init_zk(f"zk-metadata-underreplication[{info.hosts_string}]")
