@@ -4,7 +4,7 @@ Why: kazoo's connection thread calls ``handler.select`` once per request written
 response read (header, then body), and the stock handler builds, registers and closes a new epoll
 selector object each time. In a replication worker taking a few thousand ZooKeeper requests a
 second that was a quarter of the process's CPU (profiled during ``spark-bookie bench recovery``).
-One ``select.poll`` object per call does the same job with a couple of C calls; unlike
+A ``select.poll`` object (one per descriptor set, reused) does the same job with a C call; unlike
 ``select.select`` it has no FD_SETSIZE limit, which is why kazoo moved away from ``select`` in the
 first place.
 """
@@ -12,6 +12,7 @@ first place.
 from __future__ import annotations
 
 import select
+import threading
 from typing import Any
 
 from kazoo.handlers.threading import SequentialThreadingHandler
@@ -20,13 +21,43 @@ _READ = select.POLLIN | select.POLLPRI
 _WRITE = select.POLLOUT
 #: events that make a descriptor readable for select's purposes (a read then reports the condition)
 _READABLE = select.POLLIN | select.POLLPRI | select.POLLHUP | select.POLLERR | select.POLLNVAL
+_WRITABLE = select.POLLOUT | select.POLLHUP | select.POLLERR
+
+
+_local = threading.local()
+_POLLERS_MAX = 8   # kazoo selects on at most three distinct descriptor sets per connection
 
 
 def _fd(obj: Any) -> int:
-    fd = obj if isinstance(obj, int) else int(obj.fileno())
-    if fd < 0:
-        raise ValueError(f"invalid file descriptor {fd}")
-    return fd
+    return obj if isinstance(obj, int) else int(obj.fileno())
+
+
+def _poller(rfds: tuple[int, ...], wfds: tuple[int, ...]) -> Any:
+    """A poll object registered for these descriptors, kept per thread: poll() takes the
+    descriptor numbers afresh on every call, so reusing one costs nothing in correctness (a
+    closed descriptor reports POLLNVAL, i.e. readable, and the caller's read then fails) and
+    saves building and registering one per call (kazoo's connection thread selects ~3 times per
+    request). Per thread because a poll object must not be polled by two threads at once."""
+    pollers: dict[tuple[tuple[int, ...], tuple[int, ...]], Any] | None = getattr(_local, "pollers", None)
+    if pollers is None:
+        pollers = _local.pollers = {}
+    key = (rfds, wfds)
+    poller = pollers.get(key)
+    if poller is None:
+        if any(fd < 0 for fd in rfds + wfds):
+            raise ValueError(f"invalid file descriptor in {rfds + wfds}")
+        masks: dict[int, int] = {}
+        for fd in rfds:
+            masks[fd] = masks.get(fd, 0) | _READ
+        for fd in wfds:
+            masks[fd] = masks.get(fd, 0) | _WRITE
+        poller = select.poll()
+        for fd, mask in masks.items():
+            poller.register(fd, mask)
+        if len(pollers) >= _POLLERS_MAX:
+            pollers.clear()
+        pollers[key] = poller
+    return poller
 
 
 def poll_select(rlist: list[Any], wlist: list[Any], xlist: list[Any],
@@ -35,19 +66,14 @@ def poll_select(rlist: list[Any], wlist: list[Any], xlist: list[Any],
     ignored exactly as kazoo's own selector-based version ignores it), implemented with poll."""
     if timeout is not None and timeout < 0:
         raise ValueError("timeout must be non-negative")
-    poller = select.poll()
-    masks: dict[int, int] = {}
-    for obj in rlist:
-        fd = _fd(obj)
-        masks[fd] = masks.get(fd, 0) | _READ
-    for obj in wlist:
-        fd = _fd(obj)
-        masks[fd] = masks.get(fd, 0) | _WRITE
-    for fd, mask in masks.items():
-        poller.register(fd, mask)
-    ready = dict(poller.poll(None if timeout is None else timeout * 1000))
-    readable = [o for o in rlist if ready.get(_fd(o), 0) & _READABLE]
-    writable = [o for o in wlist if ready.get(_fd(o), 0) & (_WRITE | select.POLLHUP | select.POLLERR)]
+    rfds = tuple(_fd(o) for o in rlist)
+    wfds = tuple(_fd(o) for o in wlist)
+    events = _poller(rfds, wfds).poll(None if timeout is None else timeout * 1000)
+    if not events:
+        return [], [], []
+    ready = dict(events)
+    readable = [o for o, fd in zip(rlist, rfds, strict=True) if ready.get(fd, 0) & _READABLE]
+    writable = [o for o, fd in zip(wlist, wfds, strict=True) if ready.get(fd, 0) & _WRITABLE]
     return readable, writable, []
 
 

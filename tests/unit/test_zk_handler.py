@@ -51,3 +51,46 @@ def test_bad_arguments_are_refused(pair):
         poll_select([a], [], [], -1)
     with pytest.raises(ValueError):
         poll_select([-1], [], [], 0)
+
+
+def test_a_reused_descriptor_number_is_polled_afresh():
+    """Pollers are cached by descriptor numbers: a connection closed and reopened on the same
+    number (kazoo reconnecting) must see the new socket's state, not the old one's."""
+    a, b = socket.socketpair()
+    fd = a.fileno()
+    b.sendall(b"x")
+    assert poll_select([a], [], [], 1.0)[0] == [a]
+    a.close()
+    b.close()
+    c, d = socket.socketpair()
+    try:
+        if d.fileno() == fd:   # the kernel hands out the lowest free number again
+            c, d = d, c
+        assert c.fileno() == fd
+        assert poll_select([c], [], [], 0.01)[0] == []   # the old socket's pending byte is gone
+        d.sendall(b"y")
+        assert poll_select([c], [], [], 1.0)[0] == [c]
+    finally:
+        c.close()
+        d.close()
+
+
+def test_threads_poll_the_same_descriptors_at_once(pair):
+    """A poll object must not be polled by two threads at once; each thread has its own."""
+    import threading
+
+    a, b = pair
+    errors: list[BaseException] = []
+
+    def wait() -> None:
+        try:
+            poll_select([a], [], [], 0.3)
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=wait) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
