@@ -85,6 +85,52 @@ class InMemoryUnderReplication(UnderReplicationBase):
                     out.append(e)
         return out
 
+    def _ur_multi(self, groups: list[list[Op]], *, retry: bool) -> list[bool]:
+        applied = []
+        with self.zk.lock:
+            self._check("under-replication")
+            for ops in groups:
+                ok = self._ur_multi_valid(ops)
+                if ok:
+                    for op in ops:   # each succeeds: validated against the same tree, lock held
+                        if op.kind == "create":
+                            self.zk.create(op.path, op.data, owner=self.session_id if op.ephemeral else None)
+                        else:
+                            self._ur_delete_node(op.path, op.version)
+                applied.append(ok)
+        return applied
+
+    def _ur_multi_valid(self, ops: list[Op]) -> bool:
+        """Tree lock held: whether every op would succeed after the ones before it (ZooKeeper
+        checks a multi the same way before applying any of it)."""
+        created: set[str] = set()
+        deleted: set[str] = set()
+
+        def exists(path: str) -> bool:
+            return path in created or (path not in deleted and self.zk.peek(path) is not None)
+
+        for op in ops:
+            parent, _, name = op.path.rpartition("/")
+            if op.kind == "create":
+                if exists(op.path) or not exists(parent or "/"):
+                    return False
+                created.add(op.path)
+            elif op.kind == "delete":
+                if not exists(op.path):
+                    return False
+                if op.path not in created:
+                    current = self.zk.peek(op.path)
+                    if op.version != -1 and current is not None and current[1] != op.version:
+                        return False
+                kids = {f"{op.path}/{c}" for c in self.zk.peek_children(op.path)[0]} - deleted
+                if kids | {c for c in created if c.rpartition("/")[0] == op.path}:
+                    return False
+                created.discard(op.path)
+                deleted.add(op.path)
+            else:
+                raise ValueError(f"a multi holds creates and deletes, not {op.kind!r}")
+        return True
+
     def _ur_delete_node(self, path: str, version: int) -> None:
         """Tree lock held. The tree reports children as a plain MetadataError: ours is typed."""
         if self.zk.children(path):

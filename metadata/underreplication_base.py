@@ -168,6 +168,14 @@ class UnderReplicationBase(AuditorElection, UnderReplicationStore):
         new connection if ``retry``), StoreClosedError."""
 
     @abc.abstractmethod
+    def _ur_multi(self, groups: list[list[Op]], *, retry: bool) -> list[bool]:
+        """Send the groups together, each as one ZooKeeper multi of creates and deletes (applied
+        whole or not at all), and say which were applied. One request per group instead of one
+        per op: on a busy queue the client's per-request cost was most of a worker's ZooKeeper
+        CPU. A group that failed changed nothing; callers fall back to op-by-op paths that find
+        out why. Connection trouble raises as for :meth:`_ur_pipeline`."""
+
+    @abc.abstractmethod
     def _ur_create(self, path: str, data: bytes, *, ephemeral: bool = False, sequential: bool = False) -> str:
         """Create one node (its parent must exist: NoNodeError); returns the path created (with
         the sequence suffix). NodeExistsError if present. A non-sequential create may be retried
@@ -332,43 +340,45 @@ class UnderReplicationBase(AuditorElection, UnderReplicationStore):
         self.mark_underreplicated_many({ledger_id: missing})
 
     def mark_underreplicated_many(self, marks: Mapping[int, Iterable[str]]) -> None:
-        """New marks go out as one pipelined batch of (leaf bucket, node) creates, requests of one
-        session being applied in order (each ledger id below 2**16 has a leaf bucket of its own:
-        one round trip, not three); a ledger marked already, or whose buckets are missing further
-        up, then takes the slow path (merge by CAS, make every parent)."""
+        """New marks go out together, each a multi creating its leaf bucket and node (each ledger
+        id below 2**16 has a leaf bucket of its own: one request per ledger and one round trip for
+        all); a ledger marked already, or whose buckets are missing further up, then takes the
+        slow path (merge by CAS, make every parent)."""
         items = [(self.paths.ur_ledger(lid), lid, {check_bookie_id(b) for b in missing})
                  for lid, missing in marks.items()]
         if not items:
             return
         now_ms = int(time.time() * 1000)
-        ops: list[Op] = []
-        for path, _lid, wanted in items:
-            ops += [Op("create", path.rsplit("/", 1)[0]), Op("create", path, encode_underreplicated(wanted, now_ms))]
-        outcomes = self._ur_pipeline(ops, retry=True)
-        slow: list[tuple[str, int, set[str], bool]] = []
-        for (path, lid, wanted), node_done in zip(items, outcomes[1::2], strict=True):
-            if isinstance(node_done, str):
+        groups = [[Op("create", path.rsplit("/", 1)[0]), Op("create", path, encode_underreplicated(wanted, now_ms))]
+                  for path, _lid, wanted in items]
+        applied = self._ur_multi(groups, retry=True)
+        failed = [i for i, ok in enumerate(applied) if not ok]
+        if failed:
+            # mostly the buckets above the leaves are missing (a new queue, or one pruned when it
+            # emptied): make them once per depth-3 bucket, and send those multis again
+            leaves = {items[i][0].rsplit("/", 2)[0]: items[i][0].rsplit("/", 1)[0] for i in failed}
+            for leaf in leaves.values():
+                self._ur_make_parents(leaf)
+            for i, ok in zip(failed, self._ur_multi([groups[i] for i in failed], retry=True), strict=True):
+                applied[i] = ok
+        for (path, lid, wanted), ok in zip(items, applied, strict=True):
+            if ok:
                 self._ur_listing_changed(path.rsplit("/", 2)[0])  # read our own write at once
-            elif isinstance(node_done, NodeExistsError | NoNodeError):
-                slow.append((path, lid, wanted, isinstance(node_done, NoNodeError)))
             else:
-                raise _raisable(node_done)
-        for path, lid, wanted, no_parent in slow:
-            self._ur_merge_mark(path, lid, wanted, now_ms, create_first=no_parent)
+                self._ur_merge_mark(path, lid, wanted, now_ms)
 
-    def _ur_merge_mark(self, path: str, ledger_id: int, wanted: set[str], ctime_ms: int, *,
-                       create_first: bool) -> None:
-        """After the pipelined create failed: make the node with every missing parent (first, when
-        a grand-parent bucket was missing), or merge into it by CAS so concurrent marks all land."""
-        for attempt in range(CAS_TRIES_MAX - 1):  # the pipelined create was the first try
-            got = None if attempt == 0 and create_first else self._ur_get(path)
+    def _ur_merge_mark(self, path: str, ledger_id: int, wanted: set[str], ctime_ms: int) -> None:
+        """After the fast create failed: make the node with every missing parent, or merge into
+        it by CAS so concurrent marks all land."""
+        for _ in range(CAS_TRIES_MAX - 1):  # the fast create was the first try
+            got = self._ur_get(path)
             if got is None:
                 try:
                     self._ur_create_path(path, encode_underreplicated(wanted, ctime_ms))
                 except NodeExistsError:
                     continue  # marked meanwhile (by someone, or by our retried create): merge
                 bucket = path.rsplit("/", 1)[0]
-                for _ in range(4):
+                for _level in range(4):
                     bucket = bucket.rsplit("/", 1)[0]
                     self._ur_listing_changed(bucket)
                 return
@@ -633,7 +643,10 @@ class UnderReplicationBase(AuditorElection, UnderReplicationStore):
         unlock = held.session is not None and held.session == self._ur_live_session()
         if unlock:
             ops.append(Op("delete", self.paths.ur_lock(ledger_id)))
-        outcomes = self._ur_pipeline(ops, retry=False)
+        # one multi in the usual case; when any part of it would fail (marked again meanwhile,
+        # lock gone) nothing was done, and the ops go again one by one to find out which
+        applied = self._ur_multi([ops], retry=False)[0]
+        outcomes: list[object] = [None] * len(ops) if applied else self._ur_pipeline(ops, retry=False)
         node_gone, bucket_gone = outcomes[0], outcomes[1]
         if node_gone is None or isinstance(node_gone, NoNodeError):
             removed = True

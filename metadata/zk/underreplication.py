@@ -164,6 +164,31 @@ class ZkUnderReplication(UnderReplicationBase):
                 out.append(None)
         return out
 
+    def _ur_multi(self, groups: list[list[Op]], *, retry: bool) -> list[bool]:
+        def start(ops: list[Op]) -> Any:
+            tx = self._client.transaction()
+            for op in ops:
+                if op.kind == "create":
+                    tx.create(op.path, op.data, ephemeral=op.ephemeral)
+                elif op.kind == "delete":
+                    tx.delete(op.path, version=op.version)
+                else:
+                    raise ValueError(f"a multi holds creates and deletes, not {op.kind!r}")
+            return tx.commit_async()
+
+        outcomes = self._gather("under-replication", [partial(start, ops) for ops in groups], self._deadline(),
+                                idempotent=retry)
+        applied = []
+        for outcome in outcomes:
+            if isinstance(outcome, kz.ZookeeperError):   # the multi as a whole was refused
+                error = _translate(outcome, "a multi")
+                if type(error) is MetadataError:
+                    raise error
+                applied.append(False)
+            else:   # one result per op: exceptions (the failing op's and RolledBackError) if it failed
+                applied.append(not any(isinstance(r, Exception) for r in outcome))
+        return applied
+
     def _ur_watch(self, path: str, wake: Wake) -> NodeState | None:
         """getData with a watch; when absent, exists with a watch (which fires on creation)."""
         for _ in range(10):

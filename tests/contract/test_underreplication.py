@@ -221,6 +221,29 @@ def test_mark_many_creates_merges_and_makes_buckets(backend: Backend, store: Met
         store.mark_underreplicated_many({5: ["bad/id"]})
 
 
+def test_a_multi_applies_all_of_a_group_or_none_of_it(backend: Backend, store: MetadataStore) -> None:
+    """The primitive under marking and unmarking: groups go together, each atomic."""
+    from metadata.underreplication_base import Op, UnderReplicationBase
+
+    assert isinstance(store, UnderReplicationBase)
+    root = store.paths.ur_ledgers
+    lock = store.paths.ur_lock(1)
+    applied = store._ur_multi([
+        [Op("create", f"{root}/a"), Op("create", f"{root}/a/b", b"x")],            # parent first: fine
+        [Op("create", f"{root}/c"), Op("create", f"{root}/nope/b")],                 # 2nd fails: no /c either
+        [Op("create", lock, ephemeral=True), Op("delete", f"{root}/a/b", version=7)],  # bad version: no lock
+        [Op("create", f"{root}/a/d"), Op("delete", f"{root}/a")],                     # not empty
+    ], retry=True)
+    assert applied == [True, False, False, False]
+    assert store._ur_children_many([root, f"{root}/a"], watch=False) == [["a"], ["b"]]
+    assert store._ur_get_many([lock]) == [None]
+    assert store._ur_multi([[Op("delete", f"{root}/a/b", version=0), Op("delete", f"{root}/a")]],
+                           retry=False) == [True]
+    assert store._ur_children_many([root], watch=False) == [[]]
+    with pytest.raises(ValueError):
+        store._ur_multi([[Op("get", f"{root}/a")]], retry=True)
+
+
 def test_queue_needs_an_initialised_cluster(backend: Backend) -> None:
     fresh = backend.make()
     with pytest.raises(NoNodeError, match="init"):
