@@ -31,7 +31,7 @@ from typing import Any
 GOAL_MB_PER_S = 50.0
 POLL_S = 0.1                # the repair's progress is polled this often (cheap reads only)
 FULL_CHECK_S = 0.5          # a long list of ledgers never seen queued is read at most this often
-BOOKIE_SESSION_MS = 2_000   # ZooKeeper's floor (2 ticks): a dead bookie is noticed as soon as it can be
+BOOKIE_SESSION_MS = 2_000   # the embedded ZooKeeper's floor: a dead bookie is noticed as soon as it can be
 ENTRY_OVERHEAD_BYTES = 32 + 4  # framing header + CRC32C digest, copied with every entry
 
 

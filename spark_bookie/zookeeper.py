@@ -143,15 +143,24 @@ class EmbeddedZooKeeper:
         port: int,
         data_dir: str | Path,
         *,
-        tick_time_ms: int = 1000,
+        tick_time_ms: int = 500,
+        min_session_timeout_ms: int = 2000,
         max_session_timeout_ms: int = 20000,
         heap_mb: int = 256,
     ) -> None:
+        """ZooKeeper ends a session at the first tick after its timeout ran out, so the tick is
+        how late a dead bookie's session can end: with 1 s ticks a 2 s session lived up to 3 s.
+        Half a second keeps that slack small; the shortest session stays 2 s
+        (``min_session_timeout_ms``), as it was with 1 s ticks."""
         if not 0 < port < 65536:
             raise ValueError(f"bad ZooKeeper port {port}")
+        if min_session_timeout_ms < 2 * tick_time_ms:
+            raise ValueError(f"min_session_timeout_ms {min_session_timeout_ms} is below two ticks "
+                             f"({2 * tick_time_ms} ms), ZooKeeper's own floor")
         self.port = port
         self.data_dir = Path(data_dir).absolute()
         self.tick_time_ms = tick_time_ms
+        self.min_session_timeout_ms = min_session_timeout_ms
         self.max_session_timeout_ms = max_session_timeout_ms
         self.heap_mb = heap_mb
         self._proc: subprocess.Popen[bytes] | None = None
@@ -187,7 +196,7 @@ class EmbeddedZooKeeper:
             "clientPortAddress": HOST,
             "admin.enableServer": "false",
             "4lw.commands.whitelist": "*",
-            "minSessionTimeout": 2 * self.tick_time_ms,
+            "minSessionTimeout": self.min_session_timeout_ms,
             "maxSessionTimeout": self.max_session_timeout_ms,
             "autopurge.snapRetainCount": 3,  # a long-lived sandbox must not fill its disk
             "autopurge.purgeInterval": 1,

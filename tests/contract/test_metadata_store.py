@@ -45,7 +45,7 @@ from metadata import (
 )
 from metadata.layout import LAYOUT_TEXT
 
-SESSION_TIMEOUT_MS = 2000  # the smallest the embedded ZooKeeper allows (2 ticks)
+SESSION_TIMEOUT_MS = 2000  # the smallest the embedded ZooKeeper allows (its min_session_timeout_ms)
 REPO = Path(__file__).resolve().parents[2]
 
 

@@ -29,7 +29,7 @@ from metadata import (
 )
 from metadata.layout import ZkLayout, ur_ledger_id
 
-SESSION_TIMEOUT_MS = 2000  # the smallest the embedded ZooKeeper allows (2 ticks)
+SESSION_TIMEOUT_MS = 2000  # the smallest the embedded ZooKeeper allows (its min_session_timeout_ms)
 FAILOVER_S = 10.0  # an expired or withdrawn auditor is replaced well within this
 
 

@@ -86,7 +86,7 @@ def test_second_server_on_the_same_port_is_refused(tmp_path: Path) -> None:
 
 
 def test_early_exit_shows_the_log(tmp_path: Path) -> None:
-    zk = EmbeddedZooKeeper(free_port(), tmp_path / "zk", max_session_timeout_ms=1000)  # < min (2 ticks)
+    zk = EmbeddedZooKeeper(free_port(), tmp_path / "zk", max_session_timeout_ms=1000)  # < min (2 s)
     with pytest.raises(ZooKeeperExitedError, match="exited with code") as info:
         zk.start()
     assert "SessionTimeout" in str(info.value)
@@ -159,3 +159,8 @@ def test_run_foreground_reports_start_failure(tmp_path: Path) -> None:
         )
     assert done.returncode == 1
     assert "already in use" in done.stderr and done.stdout == ""
+
+
+def test_min_session_below_two_ticks_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="below two ticks"):
+        EmbeddedZooKeeper(free_port(), tmp_path / "zk", tick_time_ms=1500, min_session_timeout_ms=2000)
