@@ -110,9 +110,8 @@ class InMemoryUnderReplication(UnderReplicationBase):
             return path in created or (path not in deleted and self.zk.peek(path) is not None)
 
         for op in ops:
-            parent, _, name = op.path.rpartition("/")
             if op.kind == "create":
-                if exists(op.path) or not exists(parent or "/"):
+                if exists(op.path) or not exists(op.path.rpartition("/")[0] or "/"):
                     return False
                 created.add(op.path)
             elif op.kind == "delete":
