@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections import deque
+from collections import Counter, deque
 from dataclasses import dataclass, replace
 from itertools import pairwise
 from typing import Any
@@ -162,7 +162,7 @@ class FragmentCopier:
         adds = _AddBurst(self._pool, md, acks)
         todo: deque[tuple[CopyRun, int]] = deque((run, 0) for run in runs)
         inflight: deque[_Read] = deque()
-        absent: dict[int, int] = {}   # entry id → sources that said they do not have it
+        absent: Counter[int] = Counter()   # entry id → sources that said they do not have it
         while todo or inflight:
             if cancel is not None and cancel.is_set():
                 raise ReplicationError(f"ledger {md.ledger_id}: copy cancelled (stopping)")
@@ -178,16 +178,14 @@ class FragmentCopier:
             got, why = self._answer(run, si, fut, stall_s)
             if why:
                 if why == "absent":
-                    for e in run.entry_ids:
-                        absent[e] = absent.get(e, 0) + 1
+                    absent.update(run.entry_ids)
                 self._elsewhere(md, run, run.entry_ids, si, todo, absent, why)
                 continue
             good = self._verified(verifier, run, si, got)
             for eid, body in good:
                 adds.add(run.targets, eid, body)
             later, missing, bad = _split(run.entry_ids, [eid for eid, _ in got], len(good))
-            for e in missing:
-                absent[e] = absent.get(e, 0) + 1
+            absent.update(missing)
             if later:   # cut short by the byte limit (or after a bad copy): go on from the same source
                 todo.appendleft((replace(run, entry_ids=later), si))
             if missing or bad:
@@ -241,12 +239,12 @@ class FragmentCopier:
 
     @staticmethod
     def _elsewhere(md: LedgerMetadata, run: CopyRun, ids: tuple[int, ...], si: int,
-                   todo: deque[tuple[CopyRun, int]], absent: dict[int, int], why: str) -> None:
+                   todo: deque[tuple[CopyRun, int]], absent: Counter[int], why: str) -> None:
         """Entries source ``si`` could not give: ask the next source, or give up when none is left."""
         if si + 1 < len(run.sources):
             todo.appendleft((replace(run, entry_ids=ids), si + 1))
             return
-        lost = [e for e in ids if absent.get(e, 0) >= len(run.sources)]
+        lost = [e for e in ids if absent[e] >= len(run.sources)]
         if lost:
             raise FragmentUnrecoverableError(
                 f"ledger {md.ledger_id} entry {lost[0]}: no surviving copy (asked {list(run.sources)})")
