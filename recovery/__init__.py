@@ -14,6 +14,8 @@ ledgers whose writer is gone.
 
 from __future__ import annotations
 
+import ledger_client as _ledger_client  # noqa: F401  (first: sets gRPC's fork mode before grpc loads)
+
 from . import errors
 from .auditor import Auditor, AuditorStats, scan_ledgers
 from .autorecovery import AutoRecovery

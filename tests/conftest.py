@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+import ledger_client  # noqa: F401  (before any test module imports grpc: sets gRPC's fork mode)
+
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
 
