@@ -27,6 +27,7 @@ class ClientConfig:
     bookie_backlog_adds_max: int = 200_000    # waiting for one bookie; beyond, it is too slow and is replaced
     bookie_messages_in_flight_max: int = 1    # unanswered small messages per bookie before adds gather (0 = off)
     bookie_window_bypass_adds: int = 16       # a message with this many adds is not small: no wait after it
+    bookie_add_transport: str = "tcp"         # "tcp" (the bookie's add listener) or "grpc" (its AddStream call)
     placement_seed: int | None = None         # seed of the placement randomness (tests, simulation)
 
     def __post_init__(self) -> None:
@@ -37,3 +38,6 @@ class ClientConfig:
         if min(self.outstanding_adds_max, self.bookie_batch_entries_max, self.bookie_in_flight_adds_max,
                self.bookie_backlog_adds_max, self.bookie_window_bypass_adds) < 1:
             raise IncorrectParameterError("outstanding_adds_max and the bookie_* add limits must be >= 1")
+        if self.bookie_add_transport not in ("tcp", "grpc"):
+            raise IncorrectParameterError(
+                f"bookie_add_transport must be 'tcp' or 'grpc', not {self.bookie_add_transport!r}")

@@ -27,6 +27,7 @@ from ledger_client.protocol import bookkeeper_pb2_grpc as pb_grpc
 from metadata import MetadataError, MetadataStore
 from metadata import connect as connect_metadata
 
+from .add_listener import start_add_listener
 from .checkpoint import Checkpointer
 from .config import BookieConfig
 from .cookie import Cookie, normalize_dirs, verify_or_create
@@ -82,6 +83,8 @@ class Bookie:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread: threading.Thread | None = None
         self._server: grpc.aio.Server | None = None
+        self._add_server: asyncio.Server | None = None
+        self.add_port = 0  # the TCP add listener's port once started (config.add_port 0 = OS-picked)
         self._executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="bookie-read")
         self._disk = DiskMonitor(self.ledger_dirs + self.journal_dirs,
                                  DiskState(config.disk_usage_threshold, config.disk_usage_lwm),
@@ -143,6 +146,8 @@ class Bookie:
             _check_dir(d, "ledger directory")
         self._lock_dirs()
         _check_port_free(self.config.host, self.config.port)
+        if self.config.add_port:
+            _check_port_free(self.config.host, self.config.add_port)
         if self._metadata is None:
             try:
                 self._metadata = connect_metadata(self.config.zk_connect,
@@ -195,15 +200,26 @@ class Bookie:
                                              self._executor, lambda: self._disk.read_only)
                 pb_grpc.add_BookieServicer_to_server(BookieServicer(
                     processor, self.bookie_id, list(self.ledger_dirs),
-                    self.config.in_flight_adds_per_stream_max, lambda: self._disk.read_only), server)
+                    self.config.in_flight_adds_per_stream_max, lambda: self._disk.read_only,
+                    lambda: self.add_port), server)
                 try:
                     server.add_insecure_port(self.address)
                 except RuntimeError as e:
                     raise StartupError(f"cannot listen on {self.address}: {e}") from e
+                try:
+                    self._add_server = await start_add_listener(
+                        processor, self.bookie_id, self.config.host, self.config.add_port,
+                        self.config.in_flight_adds_per_stream_max, self.config.grpc_message_bytes_max)
+                except OSError as e:
+                    raise StartupError(f"cannot listen for adds on {self.config.host}:{self.config.add_port}: "
+                                       f"{e.strerror or e}") from e
+                self.add_port = self._add_server.sockets[0].getsockname()[1]
                 await server.start()
                 self._server = server
             except BaseException as e:
                 failure.append(e)
+                if self._add_server is not None:
+                    self._add_server.close()
             finally:
                 ready.set()
 
@@ -224,7 +240,7 @@ class Bookie:
     # ------------------------------------------------------------------ registration
 
     def _registration_data(self) -> bytes:
-        return json.dumps({"id": self.bookie_id, "address": self.address,
+        return json.dumps({"id": self.bookie_id, "address": self.address, "add_port": self.add_port,
                            "network_location": self.config.network_location}).encode()
 
     def _register(self, read_only: bool) -> None:
@@ -311,6 +327,8 @@ class Bookie:
         loop, server = self._loop, self._server
         if loop is None or loop.is_closed():
             return
+        if self._add_server is not None:  # no new adds; open connections end with the loop
+            loop.call_soon_threadsafe(self._add_server.close)
         if server is not None:
             fut = asyncio.run_coroutine_threadsafe(server.stop(grace_s), loop)
             try:

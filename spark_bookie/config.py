@@ -25,6 +25,7 @@ class BookieConfig:
     zk_connect_timeout_ms: int = 15_000
     host: str = "127.0.0.1"                     # address the gRPC server binds
     port: int = 3181
+    add_port: int = 0                           # TCP add listener (spark_bookie.add_listener); 0 = OS picks
     advertised_host: str = ""                   # host part of the bookie id; empty = `host`
     network_location: str = ""                  # rack/zone for placement, e.g. "/zone-a/rack-1"
     journal_dirs: tuple[str, ...] = ()
@@ -70,6 +71,8 @@ class BookieConfig:
         problems: list[str] = []
         if not (0 < self.port < 65536):
             problems.append(f"port {self.port} is not in 1..65535")
+        if not (0 <= self.add_port < 65536) or self.add_port == self.port:
+            problems.append(f"add_port {self.add_port} is not 0 (any) or in 1..65535 apart from port")
         if not self.journal_dirs:
             problems.append("journal_dirs is empty: give --journal-dir")
         if not self.ledger_dirs:

@@ -37,8 +37,10 @@ async def _guard(make: Callable[[], Awaitable[R]], error: Callable[[pb.StatusCod
 
 class BookieServicer(pb_grpc.BookieServicer):
     def __init__(self, processor: RequestProcessor, bookie_id: str, data_dirs: list[str],
-                 in_flight_adds_max: int, read_only: Callable[[], bool]) -> None:
+                 in_flight_adds_max: int, read_only: Callable[[], bool],
+                 add_port: Callable[[], int] = lambda: 0) -> None:
         self._p = processor
+        self._add_port = add_port
         self._bookie_id = bookie_id
         self._dirs = data_dirs
         self._in_flight_max = in_flight_adds_max
@@ -118,7 +120,8 @@ class BookieServicer(pb_grpc.BookieServicer):
             u = shutil.disk_usage(d)
             free, total = free + u.free, total + u.total
         return pb.BookieInfoResponse(status=pb.EOK, free_disk_bytes=free, total_disk_bytes=total,
-                                     read_only=self._read_only(), bookie_id=self._bookie_id)
+                                     read_only=self._read_only(), bookie_id=self._bookie_id,
+                                     add_port=self._add_port())
 
 
 def grpc_options(message_bytes_max: int) -> list[tuple[str, int]]:

@@ -228,15 +228,17 @@ class BookieInfoRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class BookieInfoResponse(_message.Message):
-    __slots__ = ("status", "free_disk_bytes", "total_disk_bytes", "read_only", "bookie_id")
+    __slots__ = ("status", "free_disk_bytes", "total_disk_bytes", "read_only", "bookie_id", "add_port")
     STATUS_FIELD_NUMBER: _ClassVar[int]
     FREE_DISK_BYTES_FIELD_NUMBER: _ClassVar[int]
     TOTAL_DISK_BYTES_FIELD_NUMBER: _ClassVar[int]
     READ_ONLY_FIELD_NUMBER: _ClassVar[int]
     BOOKIE_ID_FIELD_NUMBER: _ClassVar[int]
+    ADD_PORT_FIELD_NUMBER: _ClassVar[int]
     status: StatusCode
     free_disk_bytes: int
     total_disk_bytes: int
     read_only: bool
     bookie_id: str
-    def __init__(self, status: _Optional[_Union[StatusCode, str]] = ..., free_disk_bytes: _Optional[int] = ..., total_disk_bytes: _Optional[int] = ..., read_only: _Optional[bool] = ..., bookie_id: _Optional[str] = ...) -> None: ...
+    add_port: int
+    def __init__(self, status: _Optional[_Union[StatusCode, str]] = ..., free_disk_bytes: _Optional[int] = ..., total_disk_bytes: _Optional[int] = ..., read_only: _Optional[bool] = ..., bookie_id: _Optional[str] = ..., add_port: _Optional[int] = ...) -> None: ...

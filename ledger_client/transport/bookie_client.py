@@ -109,12 +109,17 @@ class StreamLimits:
     backlog_adds_max: int = 200_000
     messages_in_flight_max: int = 1
     window_bypass_adds: int = 16
+    add_transport: str = "tcp"  # "tcp": the bookie's TCP add listener; "grpc": the AddStream call
 
 
-class _AddStream:
-    """One bidirectional AddStream call and the callbacks waiting on it."""
+class AddStream:
+    """Adds in flight to one bookie and the sinks waiting on them, over some connection.
 
-    def __init__(self, stub: pb_grpc.BookieStub, limits: StreamLimits, address: str) -> None:
+    A subclass owns the connection: it sends the messages `_requests()` yields and hands every
+    answer to `_on_response`; when the connection ends it calls `_fail`.
+    """
+
+    def __init__(self, limits: StreamLimits, address: str) -> None:
         self._q: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._pending: dict[int, tuple[AddSink, int]] = {}
         self._lock = threading.Lock()
@@ -130,9 +135,6 @@ class _AddStream:
         self._room = threading.Condition()   # the sender waits here while _sent is at the bound
         self._address = address
         self.broken: BaseException | None = None
-        self._call = stub.AddStream(self._requests())
-        self._reader = threading.Thread(target=self._read, name=f"add-stream-{address}", daemon=True)
-        self._reader.start()
 
     def _requests(self) -> Iterator[pb.AddBatch]:
         """Drain whatever is queued into one message, column-wise per ledger (pb.LedgerAdds): a few
@@ -203,29 +205,24 @@ class _AddStream:
                     msgs[0] -= k
             self._room.notify()
 
-    def _read(self) -> None:
+    def _on_response(self, resp: pb.AddBatchResponse) -> None:
+        """Hand one answer message's results to their sinks, one call per sink."""
         pending = self._pending
-        address = self._address
-        try:
-            for resp in self._call:
-                self._answered(len(resp.ok_request_ids) + len(resp.responses))
-                groups: dict[AddSink, tuple[list[int], list[tuple[int, int, str]]]] = {}
-                for rid in resp.ok_request_ids:
-                    t = pending.pop(rid, None)
-                    if t is not None:
-                        g = groups.get(t[0])
-                        if g is None:
-                            g = groups[t[0]] = ([], [])
-                        g[0].append(t[1])
-                for r in resp.responses:
-                    t = pending.pop(r.request_id, None)
-                    if t is not None:
-                        groups.setdefault(t[0], ([], []))[1].append((t[1], r.status, r.detail))
-                for sink, (ok, failed) in groups.items():
-                    sink.on_add_results(address, ok, failed)
-            self._fail(f"add stream to {address} ended")
-        except grpc.RpcError as e:
-            self._fail(f"add stream to {address} failed: {e.code().name}: {e.details()}")
+        self._answered(len(resp.ok_request_ids) + len(resp.responses))
+        groups: dict[AddSink, tuple[list[int], list[tuple[int, int, str]]]] = {}
+        for rid in resp.ok_request_ids:
+            t = pending.pop(rid, None)
+            if t is not None:
+                g = groups.get(t[0])
+                if g is None:
+                    g = groups[t[0]] = ([], [])
+                g[0].append(t[1])
+        for r in resp.responses:
+            t = pending.pop(r.request_id, None)
+            if t is not None:
+                groups.setdefault(t[0], ([], []))[1].append((t[1], r.status, r.detail))
+        for sink, (ok, failed) in groups.items():
+            sink.on_add_results(self._address, ok, failed)
 
     def _fail(self, detail: str) -> None:
         with self._lock:
@@ -254,6 +251,27 @@ class _AddStream:
 
     def close(self) -> None:
         self._q.put(_STOP)
+
+
+class GrpcAddStream(AddStream):
+    """Adds on one bidirectional AddStream call (gRPC's threads send what `_requests` yields)."""
+
+    def __init__(self, stub: pb_grpc.BookieStub, limits: StreamLimits, address: str) -> None:
+        super().__init__(limits, address)
+        self._call = stub.AddStream(self._requests())
+        self._reader = threading.Thread(target=self._read, name=f"add-stream-{address}", daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        try:
+            for resp in self._call:
+                self._on_response(resp)
+            self._fail(f"add stream to {self._address} ended")
+        except grpc.RpcError as e:
+            self._fail(f"add stream to {self._address} failed: {e.code().name}: {e.details()}")
+
+    def close(self) -> None:
+        super().close()
         self._call.cancel()
 
 
@@ -271,10 +289,12 @@ class BookieClient:
         ])
         self._stub = pb_grpc.BookieStub(self._channel)
         self._limits = limits or StreamLimits(batch_entries_max=batch_entries_max, batch_bytes_max=batch_bytes_max)
-        self._stream: _AddStream | None = None
+        self._stream: AddStream | None = None
         self._lock = threading.Lock()
         self._ids = itertools.count(1)
         self._closed = False
+        self._message_bytes_max = message_bytes_max
+        self._add_port: int | None = None  # learned from GetBookieInfo, forgotten when a connection fails
 
     # ------------------------------------------------------------------ adds
 
@@ -296,13 +316,31 @@ class BookieClient:
         self.add_async(ledger_id, entry_id, master_key, body, sink, recovery=recovery)
         return sink.future
 
-    def _new_stream(self) -> _AddStream:
+    def _new_stream(self) -> AddStream:
         with self._lock:
             if self._closed:
                 raise errors.BookieUnavailableError(f"client of {self.address} is closed")
-            if self._stream is None or self._stream.broken is not None:
-                self._stream = _AddStream(self._stub, self._limits, self.address)
-            return self._stream
+            old = self._stream
+            if old is None or old.broken is not None:
+                if old is not None:
+                    old.close()
+                if self._limits.add_transport == "grpc":
+                    old = GrpcAddStream(self._stub, self._limits, self.address)
+                else:
+                    from .socket_stream import SocketAddStream
+                    if old is not None:
+                        self._add_port = None  # the bookie may have restarted on another port
+                    old = SocketAddStream(self._limits, self.address, self._add_endpoint,
+                                          self._timeout_s, self._message_bytes_max)
+                self._stream = old
+            return old
+
+    def _add_endpoint(self) -> tuple[str, int]:
+        """(host, port) of the bookie's TCP add listener, asked once (GetBookieInfo)."""
+        port = self._add_port
+        if port is None:
+            port = self._add_port = self.info().add_port
+        return self.address.rsplit(":", 1)[0], port
 
     # ------------------------------------------------------------------ unary calls
 

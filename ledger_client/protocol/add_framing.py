@@ -1,0 +1,53 @@
+"""Framing of the bookie's TCP add connection (see spark_bookie.add_listener).
+
+The client opens the connection with ADD_HELLO and one frame holding the id of the bookie it
+means to reach (a bookie whose port was picked by the OS may have restarted on another port, and
+another bookie may hold the old one now): a bookie closes a connection meant for someone else.
+Then both sides send frames: a 4-byte big-endian
+length and that many bytes of one protobuf message (AddBatch to the bookie, AddBatchResponse
+back). The hello names the framing's version, so a client of another framing, or something that
+is not a client at all, is turned away instead of being misread.
+"""
+
+from __future__ import annotations
+
+import socket
+import struct
+from collections.abc import Iterator
+
+ADD_HELLO = b"SBADD\x00\x00\x01"
+LENGTH = 4
+_LEN = struct.Struct(">I")
+
+
+class FrameError(Exception):
+    """The peer sent something that is not a frame of this protocol."""
+
+
+def frame(body: bytes) -> bytes:
+    return _LEN.pack(len(body)) + body
+
+
+def read_frames(sock: socket.socket, bytes_max: int, chunk_bytes: int = 1 << 16) -> Iterator[bytes]:
+    """The bodies of the frames arriving on `sock`, until the peer closes it (then the iterator
+    ends; OSError when the connection breaks). FrameError for a length over `bytes_max`."""
+    buf = bytearray()
+    pos = 0
+    while True:
+        data = sock.recv(chunk_bytes)
+        if not data:
+            if len(buf) > pos:
+                raise FrameError(f"connection closed inside a frame ({len(buf) - pos} bytes left over)")
+            return
+        if pos:
+            del buf[:pos]
+            pos = 0
+        buf += data
+        while len(buf) - pos >= LENGTH:
+            (n,) = _LEN.unpack_from(buf, pos)
+            if n > bytes_max:
+                raise FrameError(f"frame of {n} bytes is over the limit of {bytes_max}")
+            if len(buf) - pos - LENGTH < n:
+                break
+            yield bytes(buf[pos + LENGTH:pos + LENGTH + n])
+            pos += LENGTH + n

@@ -1,0 +1,165 @@
+"""Adds over a plain TCP connection: the same AddBatch / AddBatchResponse messages as the gRPC
+AddStream, framed by a 4-byte big-endian length, after a hello naming the bookie meant
+(`ledger_client.protocol.add_framing`).
+
+Why a second way in: a gRPC stream message costs each side a few hundred microseconds of Python
+(the sync client's sender, channel-spin and reader threads per message, the aio server's per
+message tasks), so at a few thousand small appends per second, where every add is its own
+message, two cores were mostly busy with gRPC. BookKeeper itself frames protobuf on a TCP
+connection; here a frame is one `data_received` on the server's loop and one `sendall` / `recv`
+in the client. Everything else (reads, fencing, LAC, recovery) stays on gRPC, and the gRPC
+AddStream stays for clients that ask for it (ClientConfig.add_transport = "grpc").
+
+Rules are those of the gRPC stream: at most `in_flight_adds_max` adds of a connection wait for the
+journal (more get ETOOMANYREQUESTS), answers already due are merged into one frame, and reading
+stops while the client does not take its answers. A frame that is not a valid AddBatch, a length
+over `message_bytes_max`, a wrong hello or another bookie's id closes that connection (logged);
+the bookie goes on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import struct
+from typing import cast
+
+from google.protobuf.message import DecodeError
+
+from ledger_client.protocol import bookkeeper_pb2 as pb
+from ledger_client.protocol.add_framing import ADD_HELLO, LENGTH, frame
+
+from .processor import RequestProcessor, add_groups, batch_size, group_failures
+
+log = logging.getLogger(__name__)
+_LEN = struct.Struct(">I")
+
+
+class AddConnection(asyncio.Protocol):
+    """One client connection; every method runs on the bookie's event loop."""
+
+    def __init__(self, processor: RequestProcessor, bookie_id: str, in_flight_adds_max: int,
+                 message_bytes_max: int) -> None:
+        self._p = processor
+        self._bookie_id = bookie_id
+        self._in_flight_max = in_flight_adds_max
+        self._bytes_max = message_bytes_max
+        self._in_flight = 0
+        self._buf = bytearray()
+        self._hello = False
+        self._transport: asyncio.Transport | None = None
+        self._peer = "?"
+        self._ok: list[int] = []
+        self._failed: list[pb.AddResponse] = []
+        self._flush_due = False
+        self._paused = False
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = cast(asyncio.Transport, transport)
+        self._peer = str(transport.get_extra_info("peername"))
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._transport = None  # answers still coming from the journal are dropped
+
+    def pause_writing(self) -> None:  # the client is not reading its answers: stop reading its adds
+        self._paused = True
+        if self._transport is not None:
+            self._transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        self._paused = False
+        if self._transport is not None:
+            self._transport.resume_reading()
+
+    def data_received(self, data: bytes) -> None:
+        buf = self._buf
+        buf += data
+        if not self._hello and not self._check_hello():
+            return
+        pos = 0
+        while len(buf) - pos >= LENGTH:
+            (n,) = _LEN.unpack_from(buf, pos)
+            if n > self._bytes_max:
+                self._drop(f"frame of {n} bytes is over message_bytes_max {self._bytes_max}")
+                return
+            if len(buf) - pos - LENGTH < n:
+                break
+            body = bytes(buf[pos + LENGTH:pos + LENGTH + n])
+            pos += LENGTH + n
+            try:
+                batch = pb.AddBatch.FromString(body)
+            except DecodeError as e:
+                self._drop(f"frame is not an AddBatch: {e}")
+                return
+            self._on_batch(batch)
+            if self._transport is None:
+                return
+        del buf[:pos]
+
+    def _check_hello(self) -> bool:
+        """ADD_HELLO, then a frame with the id of the bookie the client means (see add_framing)."""
+        buf, k = self._buf, len(ADD_HELLO)
+        if bytes(buf[:k]) != ADD_HELLO[:len(buf)]:
+            self._drop(f"not an add connection (hello {bytes(buf[:k])!r})")
+            return False
+        if len(buf) < k + LENGTH:
+            return False
+        (n,) = _LEN.unpack_from(buf, k)
+        if n > 1024:
+            self._drop(f"bookie id of {n} bytes in the hello")
+            return False
+        if len(buf) < k + LENGTH + n:
+            return False
+        meant = bytes(buf[k + LENGTH:k + LENGTH + n]).decode(errors="replace")
+        if meant != self._bookie_id:
+            self._drop(f"connection meant for bookie {meant!r}, this is {self._bookie_id!r}")
+            return False
+        del buf[:k + LENGTH + n]
+        self._hello = True
+        return True
+
+    def _on_batch(self, batch: pb.AddBatch) -> None:
+        n = batch_size(batch)
+        if self._in_flight + n > self._in_flight_max:
+            detail = f"more than {self._in_flight_max} adds in flight on this connection"
+            self._reply([], [f for g in add_groups(batch) for f in group_failures(g, pb.ETOOMANYREQUESTS, detail)],
+                        counted=False)
+            return
+        self._in_flight += n
+        try:
+            self._p.process_adds(batch, self._reply)
+        except Exception as e:  # a bug must not kill the bookie: answer EIO, as the gRPC path does
+            log.exception("add batch from %s failed", self._peer)
+            self._reply([], [f for g in add_groups(batch)
+                             for f in group_failures(g, pb.EIO, f"internal error: {type(e).__name__}: {e}")])
+
+    def _reply(self, ok: list[int], failed: list[pb.AddResponse], counted: bool = True) -> None:
+        if counted:
+            self._in_flight -= len(ok) + len(failed)
+        self._ok.extend(ok)
+        self._failed.extend(failed)
+        if not self._flush_due:  # answers due in this loop iteration leave as one frame
+            self._flush_due = True
+            asyncio.get_running_loop().call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self._flush_due = False
+        ok, failed, self._ok, self._failed = self._ok, self._failed, [], []
+        if self._transport is None or not (ok or failed):
+            return
+        self._transport.write(frame(pb.AddBatchResponse(ok_request_ids=ok, responses=failed).SerializeToString()))
+
+    def _drop(self, why: str) -> None:
+        log.warning("closing add connection from %s: %s", self._peer, why)
+        if self._transport is not None:
+            self._transport.close()
+            self._transport = None
+
+
+async def start_add_listener(processor: RequestProcessor, bookie_id: str, host: str, port: int,
+                             in_flight_adds_max: int, message_bytes_max: int) -> asyncio.Server:
+    """Listen on host:port (0 = a port the OS picks; the bookie advertises it in GetBookieInfo)."""
+    loop = asyncio.get_running_loop()
+    return await loop.create_server(
+        lambda: AddConnection(processor, bookie_id, in_flight_adds_max, message_bytes_max), host, port,
+        reuse_address=True, backlog=128)

@@ -1,0 +1,133 @@
+"""The bookie's TCP add listener: its wire format, bad input on it, restarts, and the gRPC fallback."""
+
+from __future__ import annotations
+
+import socket
+import struct
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from bookie_helpers import KEY, add_all, body, check_entry
+
+from ledger_client import ClientConfig, DigestType, LedgerClient, errors
+from ledger_client.protocol import bookkeeper_pb2 as pb
+from ledger_client.protocol.add_framing import ADD_HELLO, frame, read_frames
+from ledger_client.transport import BookieClient, StreamLimits
+from spark_bookie.zookeeper import free_port
+
+pytestmark = pytest.mark.integration
+
+
+def _connect(bookie_id: str) -> tuple[socket.socket, int]:
+    with BookieClient(bookie_id) as c:
+        port = c.info().add_port
+    assert port > 0
+    s = socket.create_connection((bookie_id.rsplit(":", 1)[0], port), timeout=10)
+    return s, port
+
+
+def _closed_by_bookie(s: socket.socket) -> bool:
+    """True when the bookie ended the connection (EOF or reset) within 10 s."""
+    s.settimeout(10)
+    try:
+        while s.recv(4096):
+            pass
+    except ConnectionResetError:
+        pass
+    return True
+
+
+def test_wire_format_hello_then_length_prefixed_batches(cluster_factory):
+    sb = cluster_factory(1)
+    bid = sb.bookies[0].bookie_id
+    s, _ = _connect(bid)
+    with s:
+        batch = pb.AddBatch(ledger_adds=[pb.LedgerAdds(
+            ledger_id=3, master_key=KEY, entry_ids=[0, 1], request_ids=[10, 11], bodies=[body(3, 0), body(3, 1)])])
+        s.sendall(ADD_HELLO + frame(bid.encode()) + frame(batch.SerializeToString()))
+        ok: list[int] = []
+        for raw in read_frames(s, 1 << 20):
+            ok.extend(pb.AddBatchResponse.FromString(raw).ok_request_ids)
+            if len(ok) == 2:
+                break
+        assert sorted(ok) == [10, 11]
+    with BookieClient(bid) as c:
+        check_entry(c, 3, 0)
+        check_entry(c, 3, 1)
+
+
+@pytest.mark.parametrize("what", ["hello", "bookie id", "length", "garbage"])
+def test_bad_input_closes_that_connection_and_the_bookie_goes_on(cluster_factory, what):
+    sb = cluster_factory(1, entry_size_bytes_max=64 * 1024, grpc_message_bytes_max=1 << 20)
+    bid = sb.bookies[0].bookie_id
+    with BookieClient(bid) as c:
+        assert add_all(c, 5, range(3))[-1].status == pb.EOK
+    s, _ = _connect(bid)
+    with s:
+        hello = ADD_HELLO + frame(bid.encode())
+        s.sendall({
+            "hello": b"GET / HTTP/1.1\r\n\r\n",
+            "bookie id": ADD_HELLO + frame(b"10.9.9.9:3181"),
+            "length": hello + struct.pack(">I", 2 << 20) + b"x" * 100,
+            "garbage": hello + frame(b"\xff\xff\xff\xff not a protobuf"),
+        }[what])
+        assert _closed_by_bookie(s)
+    log = sb.bookies[0].log_path.read_text()
+    assert "closing add connection" in log
+    with BookieClient(bid) as c:  # nothing lost, and new connections work
+        assert add_all(c, 5, range(3, 6))[-1].status == pb.EOK
+        for e in range(6):
+            check_entry(c, 5, e)
+
+
+def test_a_restarted_bookie_on_a_new_add_port_is_found_again(cluster_factory):
+    sb = cluster_factory(1)
+    b = sb.bookies[0]
+    with BookieClient(b.bookie_id) as c:
+        assert add_all(c, 6, range(5))[-1].status == pb.EOK
+        b.kill()
+        sb.restart(b)  # add_port 0: the OS picks the port again, usually another one
+        deadline = time.monotonic() + 30
+        results = []
+        while time.monotonic() < deadline:  # the first add after the restart may meet the dead connection
+            try:
+                results = add_all(c, 6, range(5, 8))
+            except errors.BookieUnavailableError:
+                time.sleep(0.2)
+                continue
+            break
+        assert [r.status for r in results] == [pb.EOK] * 3
+        for e in range(8):
+            check_entry(c, 6, e)
+
+
+def test_grpc_add_transport_still_works(cluster_factory):
+    sb = cluster_factory(3)
+    cfg = ClientConfig(bookie_add_transport="grpc")
+    with LedgerClient(sb.connect_string, config=cfg) as client:
+        w = client.create_ledger(3, 3, 2, DigestType.CRC32C, b"pw")
+        for i in range(200):
+            w.append_async(b"entry %d" % i)
+        w.close()
+        r = client.open_ledger(w.ledger_id, b"pw")
+        assert [e.data for e in r.read(0, 199)] == [b"entry %d" % i for i in range(200)]
+    with pytest.raises(errors.IncorrectParameterError, match="bookie_add_transport"):
+        ClientConfig(bookie_add_transport="udp")
+    assert StreamLimits().add_transport == "tcp"
+
+
+def test_an_add_port_in_use_refuses_to_start(cluster_factory, tmp_path: Path):
+    sb = cluster_factory(1)
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        conf = tmp_path / "b.toml"
+        conf.write_text(f"[bookie]\nadd_port = {busy.getsockname()[1]}\n")
+        r = subprocess.run([sys.executable, "-m", "spark_bookie.cli", "bookie", "--zk", sb.connect_string,
+                            "--port", str(free_port()), "--journal-dir", str(tmp_path / "j"),
+                            "--ledger-dir", str(tmp_path / "l"), "--conf", str(conf)],
+                           capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "already in use" in r.stderr, r.stderr
