@@ -74,13 +74,16 @@ def _throughput(client: Any, cfg: tuple[int, int, int], entries: int, size: int,
 
 
 def _latency_at_rate(client: Any, cfg: tuple[int, int, int], rate: float, seconds: float,
-                     size: int) -> dict[str, float]:
-    """Open loop: entry i is due at t0 + i/rate; latency counts from then (no coordinated omission)."""
+                     size: int, bookie_pids: list[int]) -> dict[str, float]:
+    """Open loop: entry i is due at t0 + i/rate; latency counts from then (no coordinated omission).
+    Also the CPU per entry: at this rate every add is its own message, and how busy that keeps
+    the two cores is what the tail latency follows."""
     w = client.create_ledger(*cfg)
     payload = os.urandom(size)
     n = int(rate * seconds)
     lat = [0.0] * n
     futs: list[Future[int]] = []
+    c0, b0 = _cpu_seconds(), sum(_cpu_seconds(p) for p in bookie_pids)
     t0 = time.perf_counter()
     for i in range(n):
         due = t0 + i / rate
@@ -92,8 +95,10 @@ def _latency_at_rate(client: Any, cfg: tuple[int, int, int], rate: float, second
         futs.append(f)
     for f in futs:
         f.result(timeout=120)
+    c1, b1 = _cpu_seconds(), sum(_cpu_seconds(p) for p in bookie_pids)
     w.close()
-    return {"offered_per_s": rate, "p50_ms": _pct(lat, 50), "p99_ms": _pct(lat, 99), "p999_ms": _pct(lat, 99.9)}
+    return {"offered_per_s": rate, "p50_ms": _pct(lat, 50), "p99_ms": _pct(lat, 99), "p999_ms": _pct(lat, 99.9),
+            "client_cpu_us_per_entry": (c1 - c0) / n * 1e6, "bookies_cpu_us_per_entry": (b1 - b0) / n * 1e6}
 
 
 def redis_peer(workdir: Path, seconds: float, size: int, clients: int = 64) -> dict[str, Any]:
@@ -159,7 +164,11 @@ def bench_append(args: argparse.Namespace) -> int:
             # disk as the journal), which measures the burst's aftermath, not a 1,000/s workload.
             for cfg in CONFIGS:
                 name = "E{}Qw{}Qa{}".format(*cfg)
-                res[name + "_at_1000"] = _latency_at_rate(client, cfg, 1000.0, seconds, args.entry_bytes)
+                res[name + "_at_1000"] = _latency_at_rate(client, cfg, 1000.0, seconds, args.entry_bytes, pids)
+            # Baseline in the same run: the same latency run with adds on the gRPC AddStream.
+            with LedgerClient(sb.connect_string, config=ClientConfig(bookie_add_transport="grpc")) as grpc_client:
+                res["E3Qw3Qa2_at_1000_grpc"] = _latency_at_rate(grpc_client, (3, 3, 2), 1000.0, seconds,
+                                                                args.entry_bytes, pids)
             for cfg in CONFIGS:
                 name = "E{}Qw{}Qa{}".format(*cfg)
                 res[name] = _throughput(client, cfg, entries, args.entry_bytes, pids)
@@ -181,6 +190,13 @@ def _report(res: dict[str, Any]) -> None:
         print(f"{name}: {t['entries_per_s']:>10,.0f} entries/s ({t['mb_per_s']:.1f} MB/s; CPU per entry: "
               f"client {t['client_cpu_us_per_entry']:.0f} us, bookies {t['bookies_cpu_us_per_entry']:.0f} us)   "
               f"at 1,000/s: p50 {lat['p50_ms']:.2f} ms  p99 {lat['p99_ms']:.2f} ms  p999 {lat['p999_ms']:.2f} ms")
+    g = res["E3Qw3Qa2_at_1000_grpc"]
+    print(f"baseline, adds on gRPC's AddStream instead of the TCP add port: E3Qw3Qa2 at 1,000/s: "
+          f"p50 {g['p50_ms']:.2f} ms  p99 {g['p99_ms']:.2f} ms  p999 {g['p999_ms']:.2f} ms")
+    for name in ("E3Qw3Qa2_at_1000", "E3Qw3Qa2_at_1000_grpc"):
+        t = res[name]
+        print(f"  CPU per entry at 1,000/s ({'grpc' if name.endswith('grpc') else 'tcp'}): client "
+              f"{t['client_cpu_us_per_entry']:.0f} us, bookies {t['bookies_cpu_us_per_entry']:.0f} us")
     if peer_rate:
         print(f"peer: Redis appendfsync=always, XADD, {peer['clients']} clients: {peer_rate:,.0f} entries/s "
               "(one copy)")

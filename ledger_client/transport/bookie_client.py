@@ -137,8 +137,7 @@ class AddStream:
         self.broken: BaseException | None = None
 
     def _requests(self) -> Iterator[pb.AddBatch]:
-        """Drain whatever is queued into one message, column-wise per ledger (pb.LedgerAdds): a few
-        list appends per entry here, and the message is built in C from the lists."""
+        """Drain whatever is queued into one message (see `_message`)."""
         get, get_nowait = self._q.get, self._q.get_nowait
         bytes_max = self._batch_bytes_max
         while True:
@@ -146,20 +145,9 @@ class AddStream:
             item = get()
             if item is _STOP:
                 return
-            groups: dict[tuple[int, int, bytes], tuple[list[int], list[int], list[bytes]]] = {}
-            n, size, stop = 0, 0, False
-            while True:
-                lid, eid, key, body, flag, rid = item
-                g = groups.get((lid, flag, key))
-                if g is None:
-                    g = groups[(lid, flag, key)] = ([], [], [])
-                g[0].append(eid)
-                g[1].append(rid)
-                g[2].append(body)
-                n += 1
-                size += len(body)
-                if n >= entries_max or size >= bytes_max:
-                    break
+            items = [item]
+            size, stop = len(item[3]), False
+            while len(items) < entries_max and size < bytes_max:
                 try:
                     item = get_nowait()
                 except queue.Empty:
@@ -167,16 +155,32 @@ class AddStream:
                 if item is _STOP:
                     stop = True
                     break
-            with self._room:
-                self._sent += n
-                self._msgs.append(n)
-                self._last_size = n
-            yield pb.AddBatch(ledger_adds=[
-                pb.LedgerAdds(ledger_id=lid, flag=cast(pb.AddFlag, flag), master_key=key, entry_ids=eids,
-                              request_ids=rids, bodies=bodies)
-                for (lid, flag, key), (eids, rids, bodies) in groups.items()])
+                items.append(item)
+                size += len(item[3])
+            yield self._message(items)
             if stop:
                 return
+
+    def _message(self, items: list[tuple[int, int, bytes, bytes, int, int]]) -> pb.AddBatch:
+        """One message for `items`, counted as sent: column-wise per ledger (pb.LedgerAdds), a few
+        list appends per entry here, and the message is built in C from the lists."""
+        groups: dict[tuple[int, int, bytes], tuple[list[int], list[int], list[bytes]]] = {}
+        for lid, eid, key, body, flag, rid in items:
+            g = groups.get((lid, flag, key))
+            if g is None:
+                g = groups[(lid, flag, key)] = ([], [], [])
+            g[0].append(eid)
+            g[1].append(rid)
+            g[2].append(body)
+        n = len(items)
+        with self._room:
+            self._sent += n
+            self._msgs.append(n)
+            self._last_size = n
+        return pb.AddBatch(ledger_adds=[
+            pb.LedgerAdds(ledger_id=lid, flag=cast(pb.AddFlag, flag), master_key=key, entry_ids=eids,
+                          request_ids=rids, bodies=bodies)
+            for (lid, flag, key), (eids, rids, bodies) in groups.items()])
 
     def _wait_for_room(self) -> int:
         """Block while the bookie holds in_flight_adds_max of ours or the message window is full
@@ -237,6 +241,11 @@ class AddStream:
             self._room.notify_all()
 
     def send(self, item: tuple[int, int, bytes, bytes, int, int], sink: AddSink) -> None:
+        if self._register(item, sink):
+            self._q.put(item)
+
+    def _register(self, item: tuple[int, int, bytes, bytes, int, int], sink: AddSink) -> bool:
+        """Note the add as pending; False when the stream broke meanwhile and its sink was told."""
         if len(self._pending) >= self._backlog_max:
             raise errors.BookieUnavailableError(
                 f"{self._address}: {len(self._pending)} adds waiting for this bookie (backlog_adds_max); "
@@ -246,8 +255,8 @@ class AddStream:
         if self.broken is not None:  # lost a race with _fail: whoever removes the callback calls it
             if self._pending.pop(rid, None) is not None:
                 raise self.broken
-            return
-        self._q.put(item)
+            return False
+        return True
 
     def close(self) -> None:
         self._q.put(_STOP)
