@@ -5,9 +5,9 @@ fraction of the CPU per message, which is what decides latency when appends arri
 Two threads per connection: the sender resolves the bookie's add port, connects, then writes
 what `_requests()` yields (it batches whatever queued meanwhile); the reader parses answers. An
 add that finds nothing unanswered and nothing queued is written by the appending thread itself:
-at a few thousand appends/s that is most of them, and waking the sender for each cost ~70 us of
-CPU per bookie per add (and the wake-up's latency). The
-connection is made on the sender thread so that an append never blocks on a connect; a failure
+at 1,000 appends/s that was about half of them, and waking the sender for each cost ~70 us of
+CPU per bookie per add (and the wake-up's latency). The connection is made on the sender
+thread so that an append never blocks on a connect; a failure
 to resolve or connect, a reset, or a frame that does not parse fails every pending add with
 BookieUnavailableError (asynchronously, as a broken gRPC stream does), and the next add to the
 bookie opens a new connection.
