@@ -52,7 +52,6 @@ class AddConnection(asyncio.Protocol):
         self._ok: list[int] = []
         self._failed: list[pb.AddResponse] = []
         self._flush_due = False
-        self._paused = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = cast(asyncio.Transport, transport)
@@ -62,12 +61,10 @@ class AddConnection(asyncio.Protocol):
         self._transport = None  # answers still coming from the journal are dropped
 
     def pause_writing(self) -> None:  # the client is not reading its answers: stop reading its adds
-        self._paused = True
         if self._transport is not None:
             self._transport.pause_reading()
 
     def resume_writing(self) -> None:
-        self._paused = False
         if self._transport is not None:
             self._transport.resume_reading()
 
