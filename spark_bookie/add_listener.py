@@ -39,8 +39,9 @@ class AddConnection(asyncio.Protocol):
     """One client connection; every method runs on the bookie's event loop."""
 
     def __init__(self, processor: RequestProcessor, bookie_id: str, in_flight_adds_max: int,
-                 message_bytes_max: int) -> None:
+                 message_bytes_max: int, live: set[AddConnection]) -> None:
         self._p = processor
+        self._live = live
         self._bookie_id = bookie_id
         self._in_flight_max = in_flight_adds_max
         self._bytes_max = message_bytes_max
@@ -56,9 +57,17 @@ class AddConnection(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = cast(asyncio.Transport, transport)
         self._peer = str(transport.get_extra_info("peername"))
+        self._live.add(self)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._transport = None  # answers still coming from the journal are dropped
+        self._live.discard(self)
+
+    def close(self) -> None:
+        """Send what is already answered, then close (the bookie is stopping)."""
+        self._flush()
+        if self._transport is not None:
+            self._transport.close()
 
     def pause_writing(self) -> None:  # the client is not reading its answers: stop reading its adds
         if self._transport is not None:
@@ -153,10 +162,31 @@ class AddConnection(asyncio.Protocol):
             self._transport = None
 
 
+class AddListener:
+    """The listening socket and its open connections; runs on the bookie's event loop."""
+
+    def __init__(self, server: asyncio.Server, live: set[AddConnection]) -> None:
+        self._server = server
+        self._live = live
+        self.port: int = server.sockets[0].getsockname()[1]
+
+    def stop_accepting(self) -> None:
+        self._server.close()
+
+    def close(self) -> None:
+        """Stop accepting and close every connection, so clients see the end at once instead of
+        waiting out their add timeout on a socket nobody serves."""
+        self._server.close()
+        for conn in list(self._live):
+            conn.close()
+
+
 async def start_add_listener(processor: RequestProcessor, bookie_id: str, host: str, port: int,
-                             in_flight_adds_max: int, message_bytes_max: int) -> asyncio.Server:
+                             in_flight_adds_max: int, message_bytes_max: int) -> AddListener:
     """Listen on host:port (0 = a port the OS picks; the bookie advertises it in GetBookieInfo)."""
     loop = asyncio.get_running_loop()
-    return await loop.create_server(
-        lambda: AddConnection(processor, bookie_id, in_flight_adds_max, message_bytes_max), host, port,
+    live: set[AddConnection] = set()
+    server = await loop.create_server(
+        lambda: AddConnection(processor, bookie_id, in_flight_adds_max, message_bytes_max, live), host, port,
         reuse_address=True, backlog=128)
+    return AddListener(server, live)

@@ -27,7 +27,7 @@ from ledger_client.protocol import bookkeeper_pb2_grpc as pb_grpc
 from metadata import MetadataError, MetadataStore
 from metadata import connect as connect_metadata
 
-from .add_listener import start_add_listener
+from .add_listener import AddListener, start_add_listener
 from .checkpoint import Checkpointer
 from .config import BookieConfig
 from .cookie import Cookie, normalize_dirs, verify_or_create
@@ -83,7 +83,7 @@ class Bookie:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread: threading.Thread | None = None
         self._server: grpc.aio.Server | None = None
-        self._add_server: asyncio.Server | None = None
+        self._add_server: AddListener | None = None
         self.add_port = 0  # the TCP add listener's port once started (config.add_port 0 = OS-picked)
         self._executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="bookie-read")
         self._disk = DiskMonitor(self.ledger_dirs + self.journal_dirs,
@@ -213,7 +213,7 @@ class Bookie:
                 except OSError as e:
                     raise StartupError(f"cannot listen for adds on {self.config.host}:{self.config.add_port}: "
                                        f"{e.strerror or e}") from e
-                self.add_port = self._add_server.sockets[0].getsockname()[1]
+                self.add_port = self._add_server.port
                 await server.start()
                 self._server = server
             except BaseException as e:
@@ -327,14 +327,17 @@ class Bookie:
         loop, server = self._loop, self._server
         if loop is None or loop.is_closed():
             return
-        if self._add_server is not None:  # no new adds; open connections end with the loop
-            loop.call_soon_threadsafe(self._add_server.close)
+        add_server = self._add_server
+        if add_server is not None:  # no new add connections; open ones close after the grace
+            loop.call_soon_threadsafe(add_server.stop_accepting)
         if server is not None:
             fut = asyncio.run_coroutine_threadsafe(server.stop(grace_s), loop)
             try:
                 fut.result(timeout=grace_s + 5)
             except Exception:
                 log.exception("server stop failed")
+        if add_server is not None:
+            loop.call_soon_threadsafe(add_server.close)
         loop.call_soon_threadsafe(loop.stop)
         if self._loop_thread is not None:
             self._loop_thread.join(timeout=10)

@@ -131,3 +131,32 @@ def test_an_add_port_in_use_refuses_to_start(cluster_factory, tmp_path: Path):
                             "--ledger-dir", str(tmp_path / "l"), "--conf", str(conf)],
                            capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and "already in use" in r.stderr, r.stderr
+
+
+def test_stopping_an_in_process_bookie_ends_its_add_connections_at_once(zk_connect, tmp_path: Path):
+    """Bookie is an importable object (hosted in Spark executors): stop() must close the add
+    connections too, or a client would wait out its add timeout on a socket nobody serves."""
+    from metadata import connect
+    from spark_bookie.bookie import Bookie
+    from spark_bookie.config import BookieConfig
+
+    store = connect(zk_connect)
+    store.init_cluster()
+    store.close()
+    cfg = BookieConfig(zk_connect=zk_connect, port=free_port(), journal_dirs=(str(tmp_path / "j"),),
+                       ledger_dirs=(str(tmp_path / "l"),)).validate()
+    bookie = Bookie(cfg)
+    bookie.start()
+    try:
+        with BookieClient(bookie.bookie_id) as c:
+            assert add_all(c, 9, range(3))[-1].status == pb.EOK
+            stream = c._stream
+            assert stream is not None and stream.broken is None
+            t0 = time.monotonic()
+            bookie.stop(grace_s=0.5)
+            while stream.broken is None and time.monotonic() - t0 < 30:
+                time.sleep(0.05)
+            assert stream.broken is not None, "the add connection outlived the bookie"
+            assert time.monotonic() - t0 < 5
+    finally:
+        bookie.stop()
