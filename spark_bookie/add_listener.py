@@ -21,18 +21,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import struct
 from typing import cast
 
 from google.protobuf.message import DecodeError
 
 from ledger_client.protocol import bookkeeper_pb2 as pb
-from ledger_client.protocol.add_framing import ADD_HELLO, LENGTH, frame
+from ledger_client.protocol.add_framing import ADD_HELLO, FrameError, frame, next_frame
 
 from .processor import RequestProcessor, add_groups, batch_size, group_failures
 
 log = logging.getLogger(__name__)
-_LEN = struct.Struct(">I")
+HELLO_ID_BYTES_MAX = 1024
 
 
 class AddConnection(asyncio.Protocol):
@@ -83,15 +82,15 @@ class AddConnection(asyncio.Protocol):
         if not self._hello and not self._check_hello():
             return
         pos = 0
-        while len(buf) - pos >= LENGTH:
-            (n,) = _LEN.unpack_from(buf, pos)
-            if n > self._bytes_max:
-                self._drop(f"frame of {n} bytes is over message_bytes_max {self._bytes_max}")
+        while True:
+            try:
+                got = next_frame(buf, pos, self._bytes_max)
+            except FrameError as e:
+                self._drop(f"{e} (message_bytes_max)")
                 return
-            if len(buf) - pos - LENGTH < n:
+            if got is None:
                 break
-            body = bytes(buf[pos + LENGTH:pos + LENGTH + n])
-            pos += LENGTH + n
+            body, pos = got
             try:
                 batch = pb.AddBatch.FromString(body)
             except DecodeError as e:
@@ -108,19 +107,18 @@ class AddConnection(asyncio.Protocol):
         if bytes(buf[:k]) != ADD_HELLO[:len(buf)]:
             self._drop(f"not an add connection (hello {bytes(buf[:k])!r})")
             return False
-        if len(buf) < k + LENGTH:
+        try:
+            got = next_frame(buf, k, HELLO_ID_BYTES_MAX) if len(buf) >= k else None
+        except FrameError as e:
+            self._drop(f"bookie id in the hello: {e}")
             return False
-        (n,) = _LEN.unpack_from(buf, k)
-        if n > 1024:
-            self._drop(f"bookie id of {n} bytes in the hello")
+        if got is None:
             return False
-        if len(buf) < k + LENGTH + n:
-            return False
-        meant = bytes(buf[k + LENGTH:k + LENGTH + n]).decode(errors="replace")
+        meant = got[0].decode(errors="replace")
         if meant != self._bookie_id:
             self._drop(f"connection meant for bookie {meant!r}, this is {self._bookie_id!r}")
             return False
-        del buf[:k + LENGTH + n]
+        del buf[:got[1]]
         self._hello = True
         return True
 

@@ -28,6 +28,21 @@ def frame(body: bytes) -> bytes:
     return _LEN.pack(len(body)) + body
 
 
+def next_frame(buf: bytearray, pos: int, bytes_max: int) -> tuple[bytes, int] | None:
+    """The body of the frame starting at `buf[pos]` and the position after it, or None while the
+    frame is incomplete. FrameError for a length over `bytes_max`, known as soon as the length is
+    in (the client's reader and the bookie's listener both split their bytes with this)."""
+    if len(buf) - pos < LENGTH:
+        return None
+    (n,) = _LEN.unpack_from(buf, pos)
+    if n > bytes_max:
+        raise FrameError(f"frame of {n} bytes is over the limit of {bytes_max}")
+    end = pos + LENGTH + n
+    if len(buf) < end:
+        return None
+    return bytes(buf[pos + LENGTH:end]), end
+
+
 def read_frames(sock: socket.socket, bytes_max: int, chunk_bytes: int = 1 << 16) -> Iterator[bytes]:
     """The bodies of the frames arriving on `sock`, until the peer closes it (then the iterator
     ends; OSError when the connection breaks). FrameError for a length over `bytes_max`."""
@@ -43,11 +58,6 @@ def read_frames(sock: socket.socket, bytes_max: int, chunk_bytes: int = 1 << 16)
             del buf[:pos]
             pos = 0
         buf += data
-        while len(buf) - pos >= LENGTH:
-            (n,) = _LEN.unpack_from(buf, pos)
-            if n > bytes_max:
-                raise FrameError(f"frame of {n} bytes is over the limit of {bytes_max}")
-            if len(buf) - pos - LENGTH < n:
-                break
-            yield bytes(buf[pos + LENGTH:pos + LENGTH + n])
-            pos += LENGTH + n
+        while (got := next_frame(buf, pos, bytes_max)) is not None:
+            body, pos = got
+            yield body
