@@ -52,25 +52,34 @@ def _cpu_seconds(pid: int | None = None) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def _cpu_now(bookie_pids: list[int]) -> tuple[float, float]:
+    """CPU seconds used so far by this process (the client) and by all the bookies."""
+    return _cpu_seconds(), sum(_cpu_seconds(p) for p in bookie_pids)
+
+
+def _cpu_per_entry(before: tuple[float, float], after: tuple[float, float], entries: int) -> dict[str, float]:
+    return {"client_cpu_us_per_entry": (after[0] - before[0]) / entries * 1e6,
+            "bookies_cpu_us_per_entry": (after[1] - before[1]) / entries * 1e6}
+
+
 def _throughput(client: Any, cfg: tuple[int, int, int], entries: int, size: int,
                 bookie_pids: list[int]) -> dict[str, float]:
     """Pipelined appends; also CPU microseconds per entry in the client and in all bookies, the
     figure that decides how far two cores can go."""
     w = client.create_ledger(*cfg)
     payload = os.urandom(size)
-    c0, b0 = _cpu_seconds(), sum(_cpu_seconds(p) for p in bookie_pids)
+    cpu0 = _cpu_now(bookie_pids)
     t0 = time.perf_counter()
     futs = [w.append_async(payload) for _ in range(entries)]
     last = futs[-1].result(timeout=600)
     elapsed = time.perf_counter() - t0
-    c1, b1 = _cpu_seconds(), sum(_cpu_seconds(p) for p in bookie_pids)
+    cpu1 = _cpu_now(bookie_pids)
     failed = sum(1 for f in futs if f.exception() is not None)
     w.close()
     if failed or last != entries - 1:
         raise RuntimeError(f"{failed} appends failed")
     return {"entries_per_s": entries / elapsed, "mb_per_s": entries * size / elapsed / 1e6,
-            "client_cpu_us_per_entry": (c1 - c0) / entries * 1e6,
-            "bookies_cpu_us_per_entry": (b1 - b0) / entries * 1e6}
+            **_cpu_per_entry(cpu0, cpu1, entries)}
 
 
 def _latency_at_rate(client: Any, cfg: tuple[int, int, int], rate: float, seconds: float,
@@ -83,7 +92,7 @@ def _latency_at_rate(client: Any, cfg: tuple[int, int, int], rate: float, second
     n = int(rate * seconds)
     lat = [0.0] * n
     futs: list[Future[int]] = []
-    c0, b0 = _cpu_seconds(), sum(_cpu_seconds(p) for p in bookie_pids)
+    cpu0 = _cpu_now(bookie_pids)
     t0 = time.perf_counter()
     for i in range(n):
         due = t0 + i / rate
@@ -95,10 +104,10 @@ def _latency_at_rate(client: Any, cfg: tuple[int, int, int], rate: float, second
         futs.append(f)
     for f in futs:
         f.result(timeout=120)
-    c1, b1 = _cpu_seconds(), sum(_cpu_seconds(p) for p in bookie_pids)
+    cpu1 = _cpu_now(bookie_pids)
     w.close()
     return {"offered_per_s": rate, "p50_ms": _pct(lat, 50), "p99_ms": _pct(lat, 99), "p999_ms": _pct(lat, 99.9),
-            "client_cpu_us_per_entry": (c1 - c0) / n * 1e6, "bookies_cpu_us_per_entry": (b1 - b0) / n * 1e6}
+            **_cpu_per_entry(cpu0, cpu1, n)}
 
 
 def redis_peer(workdir: Path, seconds: float, size: int, clients: int = 64) -> dict[str, Any]:

@@ -329,20 +329,20 @@ class BookieClient:
         with self._lock:
             if self._closed:
                 raise errors.BookieUnavailableError(f"client of {self.address} is closed")
-            old = self._stream
-            if old is None or old.broken is not None:
-                if old is not None:
-                    old.close()
-                if self._limits.add_transport == "grpc":
-                    old = GrpcAddStream(self._stub, self._limits, self.address)
-                else:
-                    from .socket_stream import SocketAddStream
-                    if old is not None:
-                        self._add_port = None  # the bookie may have restarted on another port
-                    old = SocketAddStream(self._limits, self.address, self._add_endpoint,
-                                          self._timeout_s, self._message_bytes_max)
-                self._stream = old
-            return old
+            stream = self._stream
+            if stream is not None and stream.broken is None:
+                return stream
+            if stream is not None:
+                stream.close()
+                self._add_port = None  # the bookie may have restarted on another port
+            if self._limits.add_transport == "grpc":
+                stream = GrpcAddStream(self._stub, self._limits, self.address)
+            else:
+                from .socket_stream import SocketAddStream
+                stream = SocketAddStream(self._limits, self.address, self._add_endpoint,
+                                         self._timeout_s, self._message_bytes_max)
+            self._stream = stream
+            return stream
 
     def _add_endpoint(self) -> tuple[str, int]:
         """(host, port) of the bookie's TCP add listener, asked once (GetBookieInfo)."""
