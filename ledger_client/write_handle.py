@@ -115,8 +115,8 @@ class WriteHandle:
             for b in bookies:
                 try:
                     pool.get(b).add_async(self.ledger_id, eid, key, body, self, recovery=recovery)
-                except errors.LedgerError as e:
-                    self._client.run_soon(functools.partial(self._on_failure, b, e))
+                except errors.LedgerError as e:  # known at once (a refused connect): noted under
+                    self._note_failure(b, e)     # the lock, so no later ack completes an entry first
         return fut
 
     def _check_writable(self) -> None:
@@ -168,10 +168,11 @@ class WriteHandle:
 
     def _on_failure(self, bookie: str, exc: BaseException) -> None:
         with self._lock:
-            if self._error is not None:
-                return
-            start = self._sm.on_bookie_failure(bookie)
-        if start:
+            self._note_failure(bookie, exc)
+
+    def _note_failure(self, bookie: str, exc: BaseException) -> None:
+        """Under the lock: from here on no entry completes until the ensemble change is done."""
+        if self._error is None and self._sm.on_bookie_failure(bookie):
             log.info("ledger %d: bookie %s failed (%s); changing ensemble", self.ledger_id, bookie, exc)
             self._client.run_soon(self._change_ensemble)
 

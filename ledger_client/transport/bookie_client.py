@@ -135,6 +135,7 @@ class AddStream:
         self._room = threading.Condition()   # the sender waits here while _sent is at the bound
         self._address = address
         self.broken: BaseException | None = None
+        self.answered = False  # some answer came back: the connection reached the right bookie
 
     def _requests(self) -> Iterator[pb.AddBatch]:
         """Drain whatever is queued into one message (see `_message`)."""
@@ -212,6 +213,7 @@ class AddStream:
     def _on_response(self, resp: pb.AddBatchResponse) -> None:
         """Hand one answer message's results to their sinks, one call per sink."""
         pending = self._pending
+        self.answered = True
         self._answered(len(resp.ok_request_ids) + len(resp.responses))
         groups: dict[AddSink, tuple[list[int], list[tuple[int, int, str]]]] = {}
         for rid in resp.ok_request_ids:
@@ -303,7 +305,7 @@ class BookieClient:
         self._ids = itertools.count(1)
         self._closed = False
         self._message_bytes_max = message_bytes_max
-        self._add_port: int | None = None  # learned from GetBookieInfo, forgotten when a connection fails
+        self._add_port: int | None = None  # from GetBookieInfo; forgotten when it led nowhere
 
     # ------------------------------------------------------------------ adds
 
@@ -334,15 +336,28 @@ class BookieClient:
                 return stream
             if stream is not None:
                 stream.close()
-                self._add_port = None  # the bookie may have restarted on another port
+                if not stream.answered:  # e.g. a restarted bookie's old port, now another's
+                    self._add_port = None
             if self._limits.add_transport == "grpc":
                 stream = GrpcAddStream(self._stub, self._limits, self.address)
             else:
-                from .socket_stream import SocketAddStream
-                stream = SocketAddStream(self._limits, self.address, self._add_endpoint,
-                                         self._timeout_s, self._message_bytes_max)
+                stream = self._new_socket_stream()
             self._stream = stream
             return stream
+
+    def _new_socket_stream(self) -> AddStream:
+        """A connection to the add port, begun from here if the port is known (see socket_stream);
+        a refusal the kernel already knows raises, and forgets the port: the bookie may have
+        restarted on another one, which the next add asks for."""
+        from .socket_stream import SocketAddStream
+        port = self._add_port
+        known = (self.address.rsplit(":", 1)[0], port) if port else None
+        try:
+            return SocketAddStream(self._limits, self.address, self._add_endpoint, self._timeout_s,
+                                   self._message_bytes_max, known)
+        except OSError as e:
+            self._add_port = None
+            raise errors.BookieUnavailableError(f"{self.address}: {e}") from e
 
     def _add_endpoint(self) -> tuple[str, int]:
         """(host, port) of the bookie's TCP add listener, asked once (GetBookieInfo)."""

@@ -11,10 +11,18 @@ thread so that an append never blocks on a connect; a failure
 to resolve or connect, a reset, or a frame that does not parse fails every pending add with
 BookieUnavailableError (asynchronously, as a broken gRPC stream does), and the next add to the
 bookie opens a new connection.
+
+One exception, for the failure a writer most needs to know at once: when the add port is already
+known and numeric, the appending thread starts the connect itself without blocking, and a refusal
+the kernel already knows (a dead bookie on this host: always, before connect() returns) raises
+BookieUnavailableError from the add. The writer then starts its ensemble change before any entry
+sent after the death can complete on the live bookies alone.
 """
 
 from __future__ import annotations
 
+import errno
+import select
 import socket
 import threading
 from collections.abc import Callable
@@ -31,14 +39,16 @@ _KEEPALIVE = ((socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1), (socket.IPPROTO_TCP, 
 
 
 class SocketAddStream(AddStream):
-    """`resolve()` returns (host, add port) of the bookie (0: it has none) and may raise."""
+    """`resolve()` returns (host, add port) of the bookie (0: it has none) and may raise; `known`
+    is that answer from an earlier connection, if any (see the module's note on refusals)."""
 
     def __init__(self, limits: StreamLimits, address: str, resolve: Callable[[], tuple[str, int]],
-                 connect_timeout_s: float, message_bytes_max: int) -> None:
+                 connect_timeout_s: float, message_bytes_max: int, known: tuple[str, int] | None = None) -> None:
         super().__init__(limits, address)
         self._resolve = resolve
         self._connect_timeout_s = connect_timeout_s
         self._bytes_max = message_bytes_max
+        self._early = _start_connect(*known) if known else None  # raises OSError
         self._sock: socket.socket | None = None
         self._send_lock = threading.Lock()  # one writer of frames at a time
         self._closed = threading.Event()
@@ -46,10 +56,14 @@ class SocketAddStream(AddStream):
         self._sender.start()
 
     def _connect(self) -> socket.socket:
-        host, port = self._resolve()
-        if not port:
-            raise ConnectionError(f"bookie {self._address} has no TCP add port (use add transport 'grpc')")
-        sock = socket.create_connection((host, port), timeout=self._connect_timeout_s)
+        if self._early is not None:
+            sock, self._early = self._early, None
+            _finish_connect(sock, self._connect_timeout_s)
+        else:
+            host, port = self._resolve()
+            if not port:
+                raise ConnectionError(f"bookie {self._address} has no TCP add port (use add transport 'grpc')")
+            sock = socket.create_connection((host, port), timeout=self._connect_timeout_s)
         try:
             for level, opt, value in _KEEPALIVE:
                 sock.setsockopt(level, opt, value)
@@ -68,7 +82,7 @@ class SocketAddStream(AddStream):
             return
         self._sock = sock
         if self._closed.is_set():  # closed while connecting
-            self._shutdown()
+            sock.close()
             return
         reader = threading.Thread(target=self._read, args=(sock,), name=f"add-read-{self._address}", daemon=True)
         reader.start()
@@ -134,3 +148,36 @@ class SocketAddStream(AddStream):
             self._closed.set()
             super().close()
         self._shutdown()
+
+
+def _start_connect(host: str, port: int) -> socket.socket | None:
+    """A non-blocking connect begun on the caller's thread; None for a host name (its lookup may
+    block, so the sender thread does it). Raises OSError for a refusal already known."""
+    try:
+        family, kind, proto, _, addr = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
+                                                          flags=socket.AI_NUMERICHOST)[0]
+    except socket.gaierror:
+        return None
+    sock = socket.socket(family, kind, proto)
+    sock.setblocking(False)
+    err = sock.connect_ex(addr)
+    if err == errno.EINPROGRESS and select.select([], [sock], [], 0)[1]:
+        err = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+    if err not in (0, errno.EINPROGRESS, errno.EISCONN):
+        sock.close()
+        raise OSError(err, f"add port {host}:{port}: {errno.errorcode.get(err, err)}")
+    return sock
+
+
+def _finish_connect(sock: socket.socket, timeout_s: float) -> None:
+    """Wait for a connect `_start_connect` began; then the socket blocks, as create_connection's."""
+    try:
+        if not select.select([], [sock], [], timeout_s)[1]:
+            raise TimeoutError(f"connect did not finish in {timeout_s:.1f}s")
+        err = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+        if err:
+            raise OSError(err, errno.errorcode.get(err, str(err)))
+        sock.setblocking(True)
+    except OSError:
+        sock.close()
+        raise
