@@ -87,20 +87,32 @@ def _ephemeral_floor() -> int:
         return 32768
 
 
+# Ports this process handed out: a sandbox asks for all its bookies' ports before any binds, so
+# "free now" alone gave two bookies one port (seen: the second found the first's cookie in
+# ZooKeeper and refused to start).
+_handed_out: set[int] = set()
+_handed_out_lock = threading.Lock()
+
+
 def free_port_range(count: int, attempts: int = 100) -> int:
     """A base port such that base..base+count-1 are all free on 127.0.0.1 now (racy by nature, so
     bind soon).
 
-    The range lies below the kernel's ephemeral ports. A server's port here is its identity (a
-    bookie id is host:port) and is bound again when the process restarts; a port in the ephemeral
-    range can meanwhile be taken by any outgoing connection on the machine (seen in CI: a restarted
-    bookie refused for minutes with "port in use").
+    Never the same port twice in one process. The range lies below the kernel's ephemeral ports.
+    A server's port here is its identity (a bookie id is host:port) and is bound again when the
+    process restarts; a port in the ephemeral range can meanwhile be taken by any outgoing
+    connection on the machine (seen in CI: a restarted bookie refused for minutes with "port in
+    use").
     """
     top = _ephemeral_floor() - count
     for _ in range(attempts):
         base = random.randrange(10_000, max(top, 10_001))
-        if not any(port_in_use(base + i) for i in range(count)):
-            return base
+        ports = set(range(base, base + count))
+        with _handed_out_lock:
+            if ports & _handed_out or any(port_in_use(p) for p in ports):
+                continue
+            _handed_out.update(ports)
+        return base
     raise ZooKeeperError(f"found no {count} consecutive free ports below {top + count}")
 
 

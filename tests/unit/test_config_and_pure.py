@@ -164,3 +164,14 @@ def test_client_conf_file_documents_every_key_with_its_default():
     assert set(documented) | {"placement_seed"} == fields
     assert "# placement_seed" in text
     assert ClientConfig(**documented) == ClientConfig()
+
+
+def test_free_port_never_hands_out_a_port_twice() -> None:
+    """A sandbox asks for every bookie's port before any binds: the same port twice gave two
+    bookies one id (the second refused to start over the first's cookie)."""
+    from spark_bookie.zookeeper import free_port, free_port_range
+
+    ports = [free_port() for _ in range(2000)]
+    base = free_port_range(5)
+    assert len(set(ports)) == len(ports)
+    assert not set(range(base, base + 5)) & set(ports)
