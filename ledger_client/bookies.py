@@ -63,9 +63,10 @@ class BookieRegistry:
 class BookiePool:
     """One BookieClient per bookie id, created on first use, closed with the client."""
 
-    def __init__(self, timeout_ms: int, limits: StreamLimits) -> None:
+    def __init__(self, timeout_ms: int, limits: StreamLimits, read_transport: str = "tcp") -> None:
         self._timeout_ms = timeout_ms
         self._limits = limits
+        self._read_transport = read_transport
         self._clients: dict[str, BookieClient] = {}
         self._lock = threading.Lock()
 
@@ -76,7 +77,8 @@ class BookiePool:
         with self._lock:
             c = self._clients.get(bookie_id)
             if c is None:
-                c = BookieClient(bookie_id, timeout_ms=self._timeout_ms, limits=self._limits)
+                c = BookieClient(bookie_id, timeout_ms=self._timeout_ms, limits=self._limits,
+                                 read_transport=self._read_transport)
                 self._clients[bookie_id] = c
             return c
 

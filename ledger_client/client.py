@@ -93,7 +93,8 @@ class LedgerClient:
         self.pool = BookiePool(cfg.read_timeout_ms, StreamLimits(
             batch_entries_max=cfg.bookie_batch_entries_max, in_flight_adds_max=cfg.bookie_in_flight_adds_max,
             backlog_adds_max=cfg.bookie_backlog_adds_max, messages_in_flight_max=cfg.bookie_messages_in_flight_max,
-            window_bypass_adds=cfg.bookie_window_bypass_adds, add_transport=cfg.bookie_add_transport))
+            window_bypass_adds=cfg.bookie_window_bypass_adds, add_transport=cfg.bookie_add_transport),
+            read_transport=cfg.bookie_read_transport)
         self.placement = EnsemblePlacement(random.Random(self.config.placement_seed))
         self._executor = ThreadPoolExecutor(max_workers=8, thread_name_prefix="ledger-client")
         self._writers: weakref.WeakSet[WriteHandle] = weakref.WeakSet()

@@ -28,6 +28,7 @@ class ClientConfig:
     bookie_messages_in_flight_max: int = 1    # unanswered small messages per bookie before adds gather (0 = off)
     bookie_window_bypass_adds: int = 16       # a message with this many adds is not small: no wait after it
     bookie_add_transport: str = "tcp"         # "tcp" (the bookie's add listener) or "grpc" (its AddStream call)
+    bookie_read_transport: str = "tcp"        # range and listed reads: "tcp" (the same port) or "grpc" (ReadRange)
     placement_seed: int | None = None         # seed of the placement randomness (tests, simulation)
 
     def __post_init__(self) -> None:
@@ -38,6 +39,6 @@ class ClientConfig:
         if min(self.outstanding_adds_max, self.bookie_batch_entries_max, self.bookie_in_flight_adds_max,
                self.bookie_backlog_adds_max, self.bookie_window_bypass_adds) < 1:
             raise IncorrectParameterError("outstanding_adds_max and the bookie_* add limits must be >= 1")
-        if self.bookie_add_transport not in ("tcp", "grpc"):
-            raise IncorrectParameterError(
-                f"bookie_add_transport must be 'tcp' or 'grpc', not {self.bookie_add_transport!r}")
+        for key in ("bookie_add_transport", "bookie_read_transport"):
+            if getattr(self, key) not in ("tcp", "grpc"):
+                raise IncorrectParameterError(f"{key} must be 'tcp' or 'grpc', not {getattr(self, key)!r}")

@@ -25,7 +25,8 @@ log = logging.getLogger(__name__)
 R = TypeVar("R")
 
 
-async def _guard(make: Callable[[], Awaitable[R]], error: Callable[[pb.StatusCode, str], R]) -> R:
+async def guard(make: Callable[[], Awaitable[R]], error: Callable[[pb.StatusCode, str], R]) -> R:
+    """The answer of a request: `error(status, detail)` for a refusal, and for a bug (logged)."""
     try:
         return await make()
     except BookieError as e:
@@ -96,22 +97,22 @@ class BookieServicer(pb_grpc.BookieServicer):
             reader.cancel()
 
     async def Read(self, request: pb.ReadRequest, context: Any) -> pb.ReadResponse:  # noqa: N802
-        return await _guard(lambda: self._p.read(request), lambda s, d: pb.ReadResponse(
+        return await guard(lambda: self._p.read(request), lambda s, d: pb.ReadResponse(
             status=s, ledger_id=request.ledger_id, entry_id=request.entry_id, detail=d))
 
     async def ReadRange(self, request: pb.ReadRangeRequest, context: Any) -> pb.ReadRangeResponse:  # noqa: N802
-        return await _guard(lambda: self._p.read_range(request), lambda s, d: pb.ReadRangeResponse(
+        return await guard(lambda: self._p.read_range(request), lambda s, d: pb.ReadRangeResponse(
             status=s, ledger_id=request.ledger_id, first_entry_id=request.first_entry_id, detail=d))
 
     async def ReadLac(self, request: pb.ReadLacRequest, context: Any) -> pb.ReadLacResponse:  # noqa: N802
-        return await _guard(lambda: self._p.read_lac(request), lambda s, d: pb.ReadLacResponse(
+        return await guard(lambda: self._p.read_lac(request), lambda s, d: pb.ReadLacResponse(
             status=s, ledger_id=request.ledger_id, detail=d))
 
     async def WriteLac(self, request: pb.WriteLacRequest, context: Any) -> pb.WriteLacResponse:  # noqa: N802
         async def run() -> pb.WriteLacResponse:
             await self._p.write_lac(request)
             return pb.WriteLacResponse(status=pb.EOK, ledger_id=request.ledger_id)
-        return await _guard(run, lambda s, d: pb.WriteLacResponse(
+        return await guard(run, lambda s, d: pb.WriteLacResponse(
             status=s, ledger_id=request.ledger_id, detail=d))
 
     async def GetBookieInfo(self, request: pb.BookieInfoRequest, context: Any) -> pb.BookieInfoResponse:  # noqa: N802

@@ -1,12 +1,13 @@
-"""Framing of the bookie's TCP add connection (see spark_bookie.add_listener).
+"""Framing of the bookie's TCP connections (see spark_bookie.add_listener).
 
-The client opens the connection with ADD_HELLO and one frame holding the id of the bookie it
-means to reach (a bookie whose port was picked by the OS may have restarted on another port, and
-another bookie may hold the old one now): a bookie closes a connection meant for someone else.
-Then both sides send frames: a 4-byte big-endian
-length and that many bytes of one protobuf message (AddBatch to the bookie, AddBatchResponse
-back). The hello names the framing's version, so a client of another framing, or something that
-is not a client at all, is turned away instead of being misread.
+The client opens the connection with a hello, ADD_HELLO or READ_HELLO, and one frame holding the
+id of the bookie it means to reach (a bookie whose port was picked by the OS may have restarted
+on another port, and another bookie may hold the old one now): a bookie closes a connection meant
+for someone else. Then both sides send frames: a 4-byte big-endian length and that many bytes of
+one protobuf message. On an add connection: AddBatch to the bookie, AddBatchResponse back. On a
+read connection: ReadRangeRequest, each answered by one ReadRangeResponse carrying its
+request_id, in any order. The hello names the kind and the framing's version, so a client of
+another framing, or something that is not a client at all, is turned away instead of being misread.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import struct
 from collections.abc import Iterator
 
 ADD_HELLO = b"SBADD\x00\x00\x01"
+READ_HELLO = b"SBREAD\x00\x01"  # as long as ADD_HELLO: the bookie tells them apart by their bytes
 LENGTH = 4
 _LEN = struct.Struct(">I")
 

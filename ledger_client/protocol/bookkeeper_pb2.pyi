@@ -152,34 +152,38 @@ class ReadResponse(_message.Message):
     def __init__(self, status: _Optional[_Union[StatusCode, str]] = ..., ledger_id: _Optional[int] = ..., entry_id: _Optional[int] = ..., body: _Optional[bytes] = ..., max_lac: _Optional[int] = ..., detail: _Optional[str] = ...) -> None: ...
 
 class ReadRangeRequest(_message.Message):
-    __slots__ = ("ledger_id", "first_entry_id", "last_entry_id", "max_bytes", "entry_ids")
+    __slots__ = ("ledger_id", "first_entry_id", "last_entry_id", "max_bytes", "entry_ids", "request_id")
     LEDGER_ID_FIELD_NUMBER: _ClassVar[int]
     FIRST_ENTRY_ID_FIELD_NUMBER: _ClassVar[int]
     LAST_ENTRY_ID_FIELD_NUMBER: _ClassVar[int]
     MAX_BYTES_FIELD_NUMBER: _ClassVar[int]
     ENTRY_IDS_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     ledger_id: int
     first_entry_id: int
     last_entry_id: int
     max_bytes: int
     entry_ids: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, ledger_id: _Optional[int] = ..., first_entry_id: _Optional[int] = ..., last_entry_id: _Optional[int] = ..., max_bytes: _Optional[int] = ..., entry_ids: _Optional[_Iterable[int]] = ...) -> None: ...
+    request_id: int
+    def __init__(self, ledger_id: _Optional[int] = ..., first_entry_id: _Optional[int] = ..., last_entry_id: _Optional[int] = ..., max_bytes: _Optional[int] = ..., entry_ids: _Optional[_Iterable[int]] = ..., request_id: _Optional[int] = ...) -> None: ...
 
 class ReadRangeResponse(_message.Message):
-    __slots__ = ("status", "ledger_id", "first_entry_id", "bodies", "detail", "entry_ids")
+    __slots__ = ("status", "ledger_id", "first_entry_id", "bodies", "detail", "entry_ids", "request_id")
     STATUS_FIELD_NUMBER: _ClassVar[int]
     LEDGER_ID_FIELD_NUMBER: _ClassVar[int]
     FIRST_ENTRY_ID_FIELD_NUMBER: _ClassVar[int]
     BODIES_FIELD_NUMBER: _ClassVar[int]
     DETAIL_FIELD_NUMBER: _ClassVar[int]
     ENTRY_IDS_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     status: StatusCode
     ledger_id: int
     first_entry_id: int
     bodies: _containers.RepeatedScalarFieldContainer[bytes]
     detail: str
     entry_ids: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, status: _Optional[_Union[StatusCode, str]] = ..., ledger_id: _Optional[int] = ..., first_entry_id: _Optional[int] = ..., bodies: _Optional[_Iterable[bytes]] = ..., detail: _Optional[str] = ..., entry_ids: _Optional[_Iterable[int]] = ...) -> None: ...
+    request_id: int
+    def __init__(self, status: _Optional[_Union[StatusCode, str]] = ..., ledger_id: _Optional[int] = ..., first_entry_id: _Optional[int] = ..., bodies: _Optional[_Iterable[bytes]] = ..., detail: _Optional[str] = ..., entry_ids: _Optional[_Iterable[int]] = ..., request_id: _Optional[int] = ...) -> None: ...
 
 class ReadLacRequest(_message.Message):
     __slots__ = ("ledger_id",)

@@ -23,6 +23,7 @@ import grpc
 from .. import errors
 from ..protocol import bookkeeper_pb2 as pb
 from ..protocol import bookkeeper_pb2_grpc as pb_grpc
+from .socket_reads import SocketReads
 
 TRANSPORT_FAILURE = -1  # the status reported for adds whose stream to the bookie broke
 
@@ -291,7 +292,8 @@ class BookieClient:
 
     def __init__(self, address: str, *, timeout_ms: int = 10_000, batch_entries_max: int = 512,
                  batch_bytes_max: int = 4 << 20, message_bytes_max: int = 64 << 20,
-                 limits: StreamLimits | None = None) -> None:
+                 limits: StreamLimits | None = None, read_transport: str = "tcp") -> None:
+        """read_transport: "tcp" (range and listed reads on the bookie's TCP port) or "grpc"."""
         self.address = address
         self._timeout_s = timeout_ms / 1000.0
         self._channel = grpc.insecure_channel(address, options=[
@@ -306,6 +308,8 @@ class BookieClient:
         self._closed = False
         self._message_bytes_max = message_bytes_max
         self._add_port: int | None = None  # from GetBookieInfo; forgotten when it led nowhere
+        self._read_transport = read_transport
+        self._reads: SocketReads | None = None
 
     # ------------------------------------------------------------------ adds
 
@@ -400,14 +404,35 @@ class BookieClient:
         return self._stub.ReadLac.future(pb.ReadLacRequest(ledger_id=ledger_id), timeout=self._timeout_s)
 
     def read_range(self, ledger_id: int, first: int, last: int, max_bytes: int = 0) -> pb.ReadRangeResponse:
-        return self._call(self._stub.ReadRange, pb.ReadRangeRequest(
-            ledger_id=ledger_id, first_entry_id=first, last_entry_id=last, max_bytes=max_bytes))
+        req = pb.ReadRangeRequest(ledger_id=ledger_id, first_entry_id=first, last_entry_id=last, max_bytes=max_bytes)
+        if self._read_transport == "grpc":
+            return self._call(self._stub.ReadRange, req)
+        try:
+            return self._socket_reads().submit(req).result(timeout=self._timeout_s)
+        except TimeoutError as e:
+            raise errors.LedgerTimeoutError(f"{self.address}: no answer to a range read in "
+                                            f"{self._timeout_s:.0f}s") from e
 
-    def read_entries_future(self, ledger_id: int, entry_ids: list[int], max_bytes: int = 0) -> grpc.Future:
-        """A listed read (strictly ascending ids), without blocking: a grpc Future of the
-        ReadRangeResponse whose entry_ids name its bodies (see ReadRangeRequest.entry_ids)."""
-        return self._stub.ReadRange.future(pb.ReadRangeRequest(ledger_id=ledger_id, entry_ids=entry_ids,
-                                                               max_bytes=max_bytes), timeout=self._timeout_s)
+    def read_entries_future(self, ledger_id: int, entry_ids: list[int], max_bytes: int = 0) -> Any:
+        """A listed read (strictly ascending ids), without blocking: a Future of the
+        ReadRangeResponse whose entry_ids name its bodies (see ReadRangeRequest.entry_ids).
+        Its result() raises TimeoutError, a LedgerError, or (read transport "grpc") grpc.RpcError."""
+        req = pb.ReadRangeRequest(ledger_id=ledger_id, entry_ids=entry_ids, max_bytes=max_bytes)
+        if self._read_transport == "grpc":
+            return self._stub.ReadRange.future(req, timeout=self._timeout_s)
+        return self._socket_reads().submit(req)
+
+    def _socket_reads(self) -> SocketReads:
+        with self._lock:
+            if self._reads is None:
+                if self._closed:
+                    raise errors.BookieUnavailableError(f"client of {self.address} is closed")
+                self._reads = SocketReads(self.address, self._add_endpoint, self._forget_port,
+                                          self._timeout_s, self._message_bytes_max)
+            return self._reads
+
+    def _forget_port(self) -> None:
+        self._add_port = None
 
     def read_lac(self, ledger_id: int) -> pb.ReadLacResponse:
         return self._call(self._stub.ReadLac, pb.ReadLacRequest(ledger_id=ledger_id))
@@ -423,8 +448,11 @@ class BookieClient:
         with self._lock:
             self._closed = True
             stream, self._stream = self._stream, None
+            reads, self._reads = self._reads, None
         if stream is not None:
             stream.close()
+        if reads is not None:
+            reads.close()
         self._channel.close()
 
     def __enter__(self) -> BookieClient:

@@ -1,0 +1,123 @@
+"""Range and listed reads on the bookie's TCP port: the wire format, bad input, the client's
+answers matching gRPC's, a dead bookie, a bookie that never answers, and a restart."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+
+import pytest
+from bookie_helpers import add_all, body
+
+from ledger_client import ClientConfig, errors
+from ledger_client.protocol import bookkeeper_pb2 as pb
+from ledger_client.protocol.add_framing import READ_HELLO, frame, read_frames
+from ledger_client.transport import BookieClient
+from ledger_client.transport.socket_reads import SocketReads
+
+pytestmark = pytest.mark.integration
+
+
+def _read_socket(bookie_id: str) -> socket.socket:
+    with BookieClient(bookie_id) as c:
+        port = c.info().add_port
+    s = socket.create_connection((bookie_id.rsplit(":", 1)[0], port), timeout=10)
+    s.sendall(READ_HELLO + frame(bookie_id.encode()))
+    return s
+
+
+def test_wire_format_answers_carry_the_request_id(cluster_factory):
+    sb = cluster_factory(1)
+    bid = sb.bookies[0].bookie_id
+    with BookieClient(bid) as c:
+        add_all(c, 4, range(6))
+    with _read_socket(bid) as s:
+        s.sendall(frame(pb.ReadRangeRequest(ledger_id=4, entry_ids=[1, 3, 5], request_id=70).SerializeToString())
+                  + frame(pb.ReadRangeRequest(ledger_id=4, first_entry_id=0, last_entry_id=2,
+                                              request_id=71).SerializeToString())
+                  + frame(pb.ReadRangeRequest(ledger_id=99, first_entry_id=0, last_entry_id=0,
+                                              request_id=72).SerializeToString()))
+        got: dict[int, pb.ReadRangeResponse] = {}
+        for raw in read_frames(s, 1 << 24):
+            r = pb.ReadRangeResponse.FromString(raw)
+            got[r.request_id] = r
+            if len(got) == 3:
+                break
+    assert list(got[70].entry_ids) == [1, 3, 5] and list(got[70].bodies) == [body(4, e) for e in (1, 3, 5)]
+    assert list(got[71].bodies) == [body(4, e) for e in range(3)]
+    assert got[72].status == pb.ENOLEDGER  # a refusal is an answer, the connection goes on
+
+
+def test_garbage_closes_only_that_read_connection(cluster_factory):
+    sb = cluster_factory(1)
+    bid = sb.bookies[0].bookie_id
+    with BookieClient(bid) as c:
+        add_all(c, 5, range(3))
+    with _read_socket(bid) as s:
+        s.sendall(frame(b"\xff\xff\xff\xff not a protobuf"))
+        s.settimeout(10)
+        try:
+            assert s.recv(4096) == b""  # EOF: closed by the bookie
+        except ConnectionResetError:
+            pass
+    assert "closing read connection" in sb.bookies[0].log_path.read_text()
+    with BookieClient(bid) as c:
+        assert list(c.read_range(5, 0, 2).bodies) == [body(5, e) for e in range(3)]
+
+
+def test_tcp_reads_answer_as_grpc_reads_and_survive_a_restart(cluster_factory):
+    sb = cluster_factory(1)
+    b = sb.bookies[0]
+    with BookieClient(b.bookie_id) as tcp, BookieClient(b.bookie_id, read_transport="grpc") as grpc_:
+        add_all(tcp, 6, range(40), size=3000)
+        for c in (tcp, grpc_):
+            assert c.read_range(6, 0, 39, max_bytes=20_000).bodies == tcp.read_range(6, 0, 39, 20_000).bodies
+        listed = [tcp.read_entries_future(6, [0, 7, 39, 50], 0) for _ in range(20)]  # many in flight
+        want = grpc_.read_entries_future(6, [0, 7, 39, 50], 0).result(10)
+        assert list(want.entry_ids) == [0, 7, 39]
+        for f in listed:
+            got = f.result(10)
+            assert got.request_id > 0 and (got.status, got.entry_ids, got.bodies) == (
+                want.status, want.entry_ids, want.bodies)
+        b.kill()
+        with pytest.raises(errors.BookieUnavailableError):
+            tcp.read_range(6, 0, 0)  # a clear error at once, not a hang
+        sb.restart(b)  # add_port 0: the OS picks the port again, usually another one
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                assert list(tcp.read_range(6, 0, 1).bodies) == [body(6, e, 3000) for e in range(2)]
+                break
+            except errors.BookieUnavailableError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+
+
+def test_a_bookie_that_never_answers_times_out_and_is_forgotten():
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        accepted: list[socket.socket] = []
+        threading.Thread(target=lambda: accepted.append(server.accept()[0]), daemon=True).start()
+        forgotten: list[bool] = []
+        reads = SocketReads("127.0.0.1:1", lambda: ("127.0.0.1", server.getsockname()[1]),
+                            lambda: forgotten.append(True), timeout_s=0.3, message_bytes_max=1 << 20)
+        first = reads.submit(pb.ReadRangeRequest(ledger_id=1, first_entry_id=0, last_entry_id=0))
+        time.sleep(0.4)
+        second = reads.submit(pb.ReadRangeRequest(ledger_id=1, first_entry_id=0, last_entry_id=0))
+        with pytest.raises(errors.LedgerTimeoutError):
+            first.result(5)  # failed when the next read went out past its deadline
+        reads.close()
+        with pytest.raises(errors.BookieUnavailableError):
+            second.result(5)  # closing fails what was pending
+        assert forgotten  # no answer ever came: the port is asked for again next time
+        for s in accepted:
+            s.close()
+
+
+def test_read_transport_is_validated():
+    with pytest.raises(errors.IncorrectParameterError, match="bookie_read_transport"):
+        ClientConfig(bookie_read_transport="udp")
+    assert ClientConfig().bookie_read_transport == "tcp"
