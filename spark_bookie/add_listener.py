@@ -38,6 +38,7 @@ from .server import guard
 
 log = logging.getLogger(__name__)
 HELLO_ID_BYTES_MAX = 1024
+READS_PER_CONNECTION_MAX = 64  # reads served at once per read connection; then its requests wait in the socket
 
 
 class AddConnection(asyncio.Protocol):
@@ -55,6 +56,7 @@ class AddConnection(asyncio.Protocol):
         self._hello = False
         self._reads = False  # a read connection (READ_HELLO)
         self._tasks: set[asyncio.Task[None]] = set()  # reads being served
+        self._write_paused = False  # the client is not taking its answers
         self._transport: asyncio.Transport | None = None
         self._peer = "?"
         self._ok: list[int] = []
@@ -76,21 +78,37 @@ class AddConnection(asyncio.Protocol):
         if self._transport is not None:
             self._transport.close()
 
-    def pause_writing(self) -> None:  # the client is not reading its answers: stop reading its adds
-        if self._transport is not None:
-            self._transport.pause_reading()
+    def pause_writing(self) -> None:  # the client is not reading its answers: stop reading its requests
+        self._write_paused = True
+        self._update_reading()
 
     def resume_writing(self) -> None:
-        if self._transport is not None:
+        self._write_paused = False
+        self._update_reading()
+
+    def _reads_full(self) -> bool:
+        return len(self._tasks) >= READS_PER_CONNECTION_MAX
+
+    def _update_reading(self) -> None:
+        """Read requests only while the client takes its answers and, on a read connection, fewer
+        than READS_PER_CONNECTION_MAX reads (answers of up to read_range_bytes_max) are served."""
+        if self._transport is None:
+            return
+        if self._write_paused or self._reads_full():
+            self._transport.pause_reading()
+        else:
             self._transport.resume_reading()
 
     def data_received(self, data: bytes) -> None:
-        buf = self._buf
-        buf += data
+        self._buf += data
         if not self._hello and not self._check_hello():
             return
-        pos = 0
-        while True:
+        self._parse()
+
+    def _parse(self) -> None:
+        """Handle the whole frames buffered (on a read connection: until its reads are full)."""
+        buf, pos = self._buf, 0
+        while not (self._reads and self._reads_full()):
             try:
                 got = next_frame(buf, pos, self._bytes_max)
             except FrameError as e:
@@ -155,7 +173,16 @@ class AddConnection(asyncio.Protocol):
     def _on_read(self, req: pb.ReadRangeRequest) -> None:
         task = asyncio.ensure_future(self._read(req))
         self._tasks.add(task)  # a task nobody refers to may be collected before it ends
-        task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(self._read_done)
+        if self._reads_full():
+            self._update_reading()
+
+    def _read_done(self, task: asyncio.Task[None]) -> None:
+        was_full = self._reads_full()
+        self._tasks.discard(task)
+        if was_full and self._transport is not None:
+            self._update_reading()
+            self._parse()  # requests that arrived while full wait in the buffer
 
     async def _read(self, req: pb.ReadRangeRequest) -> None:
         """One read, answered when it is done (so a slow disk read holds up only itself); the

@@ -49,6 +49,30 @@ def test_wire_format_answers_carry_the_request_id(cluster_factory):
     assert got[72].status == pb.ENOLEDGER  # a refusal is an answer, the connection goes on
 
 
+def test_more_reads_at_once_than_a_connection_serves_all_get_answers(cluster_factory):
+    """Past READS_PER_CONNECTION_MAX reads in flight the bookie stops reading the connection
+    (answers of megabytes each must not pile up without bound) and goes on once reads finish."""
+    from spark_bookie.add_listener import READS_PER_CONNECTION_MAX
+
+    sb = cluster_factory(1)
+    bid = sb.bookies[0].bookie_id
+    with BookieClient(bid) as c:
+        add_all(c, 8, range(4), size=20_000)
+    n = 3 * READS_PER_CONNECTION_MAX
+    with _read_socket(bid) as s:
+        s.sendall(b"".join(frame(pb.ReadRangeRequest(ledger_id=8, first_entry_id=i % 4, last_entry_id=3,
+                                                     request_id=i + 1).SerializeToString()) for i in range(n)))
+        got: dict[int, pb.ReadRangeResponse] = {}
+        for raw in read_frames(s, 1 << 24):
+            r = pb.ReadRangeResponse.FromString(raw)
+            got[r.request_id] = r
+            if len(got) == n:
+                break
+    assert sorted(got) == list(range(1, n + 1))
+    for rid, r in got.items():
+        assert list(r.bodies) == [body(8, e, 20_000) for e in range((rid - 1) % 4, 4)]
+
+
 def test_garbage_closes_only_that_read_connection(cluster_factory):
     sb = cluster_factory(1)
     bid = sb.bookies[0].bookie_id
