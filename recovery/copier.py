@@ -13,9 +13,10 @@ reads, a striped E > Qw fragment in one read per surviving source (its entries o
 not consecutive). Up to ``copy_reads_in_flight_max`` reads are in flight; adds go on each target's
 batching add stream with ``RECOVERY_ADD`` (accepted even if the ledger is fenced), in bursts of up
 to ``copy_add_burst_bytes_max`` (a burst leaves as one stream message and one journal commit),
-bounded by ``copy_bytes_in_flight_max`` bytes read but not yet acknowledged. Per-RPC costs, not
-bytes, bound this on Python gRPC: a read costs ~0.35 ms of client and ~0.6 ms of bookie CPU
-whatever its size, an add in a one-entry message twice one in a burst.
+bounded by ``copy_bytes_in_flight_max`` bytes read but not yet acknowledged. Both the reads and
+the adds travel on the bookies' TCP port (ClientConfig's read and add transports; gRPC if set):
+on gRPC the copies' reads cost the workers and the bookies about a third more CPU, and a
+re-replication is bound by CPU, not by the disk.
 """
 
 from __future__ import annotations
