@@ -15,7 +15,7 @@ batching add stream with ``RECOVERY_ADD`` (accepted even if the ledger is fenced
 to ``copy_add_burst_bytes_max`` (a burst leaves as one stream message and one journal commit),
 bounded by ``copy_bytes_in_flight_max`` bytes read but not yet acknowledged. Both the reads and
 the adds travel on the bookies' TCP port (ClientConfig's read and add transports; gRPC if set):
-on gRPC the copies' reads cost the workers and the bookies about a third more CPU, and a
+on gRPC the copies' reads cost the workers and the bookies over a quarter more CPU, and a
 re-replication is bound by CPU, not by the disk.
 """
 
