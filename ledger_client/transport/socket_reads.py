@@ -18,7 +18,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import Future
+from concurrent.futures import Future, InvalidStateError
 
 from google.protobuf.message import DecodeError
 
@@ -39,7 +39,8 @@ class SocketReads:
         self._forget = forget
         self._timeout_s = timeout_s
         self._bytes_max = message_bytes_max
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()       # the connection and the table of pending reads
+        self._send_lock = threading.Lock()  # one writer of frames at a time
         self._sock: socket.socket | None = None
         self._pending: dict[int, tuple[Future[pb.ReadRangeResponse], float]] = {}
         self._ids = itertools.count(1)
@@ -53,8 +54,7 @@ class SocketReads:
         with self._lock:
             late = self._expired(now)
         for f in late:
-            f.set_exception(errors.LedgerTimeoutError(f"{self._address}: no answer to a read in "
-                                                      f"{self._timeout_s:.0f}s"))
+            _settle(f, errors.LedgerTimeoutError(f"{self._address}: no answer to a read in {self._timeout_s:.0f}s"))
         with self._lock:
             if self._closed:
                 raise errors.BookieUnavailableError(f"client of {self._address} is closed")
@@ -62,8 +62,12 @@ class SocketReads:
             rid = next(self._ids)
             req.request_id = rid
             self._pending[rid] = (fut, now + self._timeout_s)
+        data = frame(req.SerializeToString())
+        # Not under _lock: a send blocked by a bookie that stopped reading must not keep the reader
+        # from taking answers (which is what makes the bookie read again).
+        with self._send_lock:
             try:
-                sock.sendall(frame(req.SerializeToString()))
+                sock.sendall(data)
             except OSError:
                 _shutdown(sock)  # the reader fails what the connection carried, this read included
         return fut
@@ -97,8 +101,8 @@ class SocketReads:
                 answered = True
                 with self._lock:
                     got = self._pending.pop(resp.request_id, None)
-                if got is not None and not got[0].done():
-                    got[0].set_result(resp)
+                if got is not None:
+                    _settle(got[0], resp)
             detail = f"bookie {self._address} closed the read connection"
         except (OSError, FrameError, DecodeError) as e:
             detail = f"read connection to {self._address} failed: {type(e).__name__}: {e}"
@@ -109,15 +113,14 @@ class SocketReads:
         if not answered:
             self._forget()
         for fut, _ in pending.values():
-            if not fut.done():
-                fut.set_exception(errors.BookieUnavailableError(detail))
+            _settle(fut, errors.BookieUnavailableError(detail))
         _shutdown(sock)
         sock.close()
 
     def _expired(self, now: float) -> list[Future[pb.ReadRangeResponse]]:
         """Under the lock: take out the reads whose deadline passed (failed outside it)."""
         late = [rid for rid, (_, deadline) in self._pending.items() if deadline < now]
-        return [f for f in (self._pending.pop(rid)[0] for rid in late) if not f.done()]
+        return [self._pending.pop(rid)[0] for rid in late]
 
     def close(self) -> None:
         with self._lock:
@@ -125,6 +128,17 @@ class SocketReads:
             sock = self._sock
         if sock is not None:
             _shutdown(sock)  # the reader fails what is pending and closes it
+
+
+def _settle(fut: Future[pb.ReadRangeResponse], outcome: pb.ReadRangeResponse | BaseException) -> None:
+    """Complete `fut` unless its caller cancelled it meanwhile."""
+    try:
+        if isinstance(outcome, BaseException):
+            fut.set_exception(outcome)
+        else:
+            fut.set_result(outcome)
+    except InvalidStateError:
+        pass
 
 
 def _shutdown(sock: socket.socket) -> None:
