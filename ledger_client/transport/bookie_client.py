@@ -136,7 +136,6 @@ class AddStream:
         self._room = threading.Condition()   # the sender waits here while _sent is at the bound
         self._address = address
         self.broken: BaseException | None = None
-        self.answered = False  # some answer came back: the connection reached the right bookie
 
     def _requests(self) -> Iterator[pb.AddBatch]:
         """Drain whatever is queued into one message (see `_message`)."""
@@ -214,7 +213,6 @@ class AddStream:
     def _on_response(self, resp: pb.AddBatchResponse) -> None:
         """Hand one answer message's results to their sinks, one call per sink."""
         pending = self._pending
-        self.answered = True
         self._answered(len(resp.ok_request_ids) + len(resp.responses))
         groups: dict[AddSink, tuple[list[int], list[tuple[int, int, str]]]] = {}
         for rid in resp.ok_request_ids:
@@ -340,8 +338,6 @@ class BookieClient:
                 return stream
             if stream is not None:
                 stream.close()
-                if not stream.answered:  # e.g. a restarted bookie's old port, now another's
-                    self._add_port = None
             if self._limits.add_transport == "grpc":
                 stream = GrpcAddStream(self._stub, self._limits, self.address)
             else:
@@ -357,10 +353,10 @@ class BookieClient:
         port = self._add_port
         known = (self.address.rsplit(":", 1)[0], port) if port else None
         try:
-            return SocketAddStream(self._limits, self.address, self._add_endpoint, self._timeout_s,
-                                   self._message_bytes_max, known)
+            return SocketAddStream(self._limits, self.address, self._add_endpoint, self._forget_port,
+                                   self._timeout_s, self._message_bytes_max, known)
         except OSError as e:
-            self._add_port = None
+            self._forget_port()
             raise errors.BookieUnavailableError(f"{self.address}: {e}") from e
 
     def _add_endpoint(self) -> tuple[str, int]:
@@ -432,6 +428,7 @@ class BookieClient:
             return self._reads
 
     def _forget_port(self) -> None:
+        """A connection to the port led nowhere (see socket_stream, socket_reads): ask again."""
         self._add_port = None
 
     def read_lac(self, ledger_id: int) -> pb.ReadLacResponse:

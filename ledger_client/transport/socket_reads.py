@@ -25,6 +25,7 @@ from google.protobuf.message import DecodeError
 from .. import errors
 from ..protocol import bookkeeper_pb2 as pb
 from ..protocol.add_framing import READ_HELLO, FrameError, frame, read_frames
+from .sockets import greet, shutdown
 
 
 class SocketReads:
@@ -69,7 +70,7 @@ class SocketReads:
             try:
                 sock.sendall(data)
             except OSError:
-                _shutdown(sock)  # the reader fails what the connection carried, this read included
+                shutdown(sock)  # the reader fails what the connection carried, this read included
         return fut
 
     def _connect(self) -> socket.socket:
@@ -83,11 +84,8 @@ class SocketReads:
             self._forget()
             raise errors.BookieUnavailableError(f"read connection to {self._address}: {e}") from e
         try:
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            sock.settimeout(None)  # deadlines are per read (see _expired)
-            sock.sendall(READ_HELLO + frame(self._address.encode()))
+            greet(sock, READ_HELLO, self._address)  # deadlines are per read (see _expired)
         except OSError as e:
-            sock.close()
             raise errors.BookieUnavailableError(f"read connection to {self._address}: {e}") from e
         self._sock = sock
         threading.Thread(target=self._read, args=(sock,), name=f"read-{self._address}", daemon=True).start()
@@ -114,7 +112,7 @@ class SocketReads:
             self._forget()
         for fut, _ in pending.values():
             _settle(fut, errors.BookieUnavailableError(detail))
-        _shutdown(sock)
+        shutdown(sock)
         sock.close()
 
     def _expired(self, now: float) -> list[Future[pb.ReadRangeResponse]]:
@@ -127,7 +125,7 @@ class SocketReads:
             self._closed = True
             sock = self._sock
         if sock is not None:
-            _shutdown(sock)  # the reader fails what is pending and closes it
+            shutdown(sock)  # the reader fails what is pending and closes it
 
 
 def _settle(fut: Future[pb.ReadRangeResponse], outcome: pb.ReadRangeResponse | BaseException) -> None:
@@ -140,9 +138,3 @@ def _settle(fut: Future[pb.ReadRangeResponse], outcome: pb.ReadRangeResponse | B
     except InvalidStateError:
         pass
 
-
-def _shutdown(sock: socket.socket) -> None:
-    try:
-        sock.shutdown(socket.SHUT_RDWR)
-    except OSError:
-        pass

@@ -32,20 +32,21 @@ from google.protobuf.message import DecodeError
 from ..protocol import bookkeeper_pb2 as pb
 from ..protocol.add_framing import ADD_HELLO, FrameError, frame, read_frames
 from .bookie_client import AddSink, AddStream, StreamLimits
-
-_KEEPALIVE = ((socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1), (socket.IPPROTO_TCP, socket.TCP_NODELAY, 1),
-              (socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, 10), (socket.IPPROTO_TCP, socket.TCP_KEEPINTVL, 5),
-              (socket.IPPROTO_TCP, socket.TCP_KEEPCNT, 3))
+from .sockets import greet, shutdown
 
 
 class SocketAddStream(AddStream):
     """`resolve()` returns (host, add port) of the bookie (0: it has none) and may raise; `known`
-    is that answer from an earlier connection, if any (see the module's note on refusals)."""
+    is that answer from an earlier connection, if any (see the module's note on refusals);
+    `forget()` is called when the connection led nowhere (not made, or ended before any answer:
+    the port may now be another bookie's), as socket_reads does."""
 
     def __init__(self, limits: StreamLimits, address: str, resolve: Callable[[], tuple[str, int]],
-                 connect_timeout_s: float, message_bytes_max: int, known: tuple[str, int] | None = None) -> None:
+                 forget: Callable[[], None], connect_timeout_s: float, message_bytes_max: int,
+                 known: tuple[str, int] | None = None) -> None:
         super().__init__(limits, address)
         self._resolve = resolve
+        self._forget = forget
         self._connect_timeout_s = connect_timeout_s
         self._bytes_max = message_bytes_max
         self._early = _start_connect(*known) if known else None  # raises OSError
@@ -64,20 +65,14 @@ class SocketAddStream(AddStream):
             if not port:
                 raise ConnectionError(f"bookie {self._address} has no TCP add port (use add transport 'grpc')")
             sock = socket.create_connection((host, port), timeout=self._connect_timeout_s)
-        try:
-            for level, opt, value in _KEEPALIVE:
-                sock.setsockopt(level, opt, value)
-            sock.settimeout(None)  # deadlines are the writer's (add_timeout_ms replaces a silent bookie)
-            sock.sendall(ADD_HELLO + frame(self._address.encode()))
-        except OSError:
-            sock.close()
-            raise
+        greet(sock, ADD_HELLO, self._address)  # deadlines are the writer's (add_timeout_ms replaces a silent bookie)
         return sock
 
     def _send_all(self) -> None:
         try:
             sock = self._connect()
         except Exception as e:  # resolve (an RPC) or connect: the bookie is not reachable now
+            self._forget()
             self._fail(f"add connection to {self._address} failed: {type(e).__name__}: {e}")
             return
         self._sock = sock
@@ -122,12 +117,16 @@ class SocketAddStream(AddStream):
             self._send_lock.release()
 
     def _read(self, sock: socket.socket) -> None:
+        answered = False
         try:
             for body in read_frames(sock, self._bytes_max):
                 self._on_response(pb.AddBatchResponse.FromString(body))
+                answered = True
             detail = f"bookie {self._address} closed the add connection"
         except (OSError, FrameError, DecodeError) as e:
             detail = f"add connection to {self._address} failed: {type(e).__name__}: {e}"
+        if not answered:
+            self._forget()
         self._fail(detail)
         self._shutdown()
 
@@ -136,12 +135,7 @@ class SocketAddStream(AddStream):
         self.close()  # ends the sender's request loop too
 
     def _shutdown(self) -> None:
-        sock = self._sock
-        if sock is not None:
-            try:
-                sock.shutdown(socket.SHUT_RDWR)  # wakes a reader in recv and a sender in sendall
-            except OSError:
-                pass
+        shutdown(self._sock)
 
     def close(self) -> None:
         if not self._closed.is_set():

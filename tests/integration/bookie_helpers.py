@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
@@ -59,3 +60,14 @@ def dir_bytes(path: str | os.PathLike[str]) -> int:
             except FileNotFoundError:
                 pass
     return total
+
+
+def wait_closed_by_bookie(s: socket.socket) -> None:
+    """Return once the bookie ended the connection (EOF or reset); TimeoutError after 10 s of it
+    staying open."""
+    s.settimeout(10)
+    try:
+        while s.recv(4096):
+            pass
+    except ConnectionResetError:
+        pass

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
-from bookie_helpers import KEY, add_all, body, check_entry
+from bookie_helpers import KEY, add_all, body, check_entry, wait_closed_by_bookie
 
 from ledger_client import ClientConfig, DigestType, LedgerClient, errors
 from ledger_client.protocol import bookkeeper_pb2 as pb
@@ -27,17 +27,6 @@ def _connect(bookie_id: str) -> tuple[socket.socket, int]:
     assert port > 0
     s = socket.create_connection((bookie_id.rsplit(":", 1)[0], port), timeout=10)
     return s, port
-
-
-def _wait_closed_by_bookie(s: socket.socket) -> None:
-    """Return once the bookie ended the connection (EOF or reset); TimeoutError after 10 s of it
-    staying open."""
-    s.settimeout(10)
-    try:
-        while s.recv(4096):
-            pass
-    except ConnectionResetError:
-        pass
 
 
 def test_wire_format_hello_then_length_prefixed_batches(cluster_factory):
@@ -74,7 +63,7 @@ def test_bad_input_closes_that_connection_and_the_bookie_goes_on(cluster_factory
             "length": hello + struct.pack(">I", 2 << 20) + b"x" * 100,
             "garbage": hello + frame(b"\xff\xff\xff\xff not a protobuf"),
         }[what])
-        _wait_closed_by_bookie(s)
+        wait_closed_by_bookie(s)
     log = sb.bookies[0].log_path.read_text()
     assert "closing add connection" in log
     with BookieClient(bid) as c:  # nothing lost, and new connections work
