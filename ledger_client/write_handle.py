@@ -137,7 +137,8 @@ class WriteHandle:
             try:
                 pool.get(s.bookie).add_async(self.ledger_id, s.entry_id, self._key, body, self,
                                              recovery=self._recovery)
-            except errors.LedgerError as e:
+            except errors.LedgerError as e:  # not _note_failure: _change_ensemble, our caller, would
+                # go on with the new change itself and the change it schedules would run beside it
                 self._client.run_soon(functools.partial(self._on_failure, s.bookie, e))
 
     def on_add_results(self, bookie: str, ok: list[int], failed: list[tuple[int, int, str]]) -> None:
