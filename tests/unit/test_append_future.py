@@ -121,3 +121,38 @@ def test_setter_wakes_a_waiter_that_parked_during_settling():
             break
         deadline.wait(0.05)
     assert f.waiter_result == [(5, True)], "the waiter was not woken by set_result"
+
+
+def test_each_callback_runs_exactly_once_when_adds_race_the_setter(seed):
+    """add_done_callback takes no lock: callbacks added while the future settles must each run
+    once, none twice and none never, and a future nobody waits on must not get a condition."""
+    rng = random.Random(seed)
+    for _ in range(200):
+        f: AppendFuture[int] = AppendFuture()
+        calls: list[int] = []
+        start = threading.Barrier(2)
+
+        def adder(f: AppendFuture[int] = f, calls: list[int] = calls) -> None:
+            start.wait()
+            for k in range(40):
+                f.add_done_callback(lambda x, k=k: calls.append(k))
+
+        t = threading.Thread(target=adder)
+        t.start()
+        start.wait()
+        for _ in range(rng.randrange(200)):
+            pass
+        f.set_result(1)
+        t.join(10)
+        assert sorted(calls) == list(range(40)), f"callbacks ran {sorted(calls)}"
+        assert "_lazy_condition" not in f.__dict__
+
+
+def test_a_failing_callback_is_logged_and_the_next_still_runs(caplog):
+    f: AppendFuture[int] = AppendFuture()
+    seen: list[int] = []
+    f.add_done_callback(lambda x: 1 / 0)
+    f.add_done_callback(lambda x: seen.append(x.result()))
+    f.set_result(3)
+    assert seen == [3]
+    assert "exception calling callback" in caplog.text
