@@ -16,6 +16,8 @@ import socket
 import struct
 from collections.abc import Iterator
 
+from . import bookkeeper_pb2 as pb
+
 ADD_HELLO = b"SBADD\x00\x00\x01"
 READ_HELLO = b"SBREAD\x00\x01"  # as long as ADD_HELLO: the bookie tells them apart by their bytes
 LENGTH = 4
@@ -63,3 +65,59 @@ def read_frames(sock: socket.socket, bytes_max: int, chunk_bytes: int = 1 << 16)
         while (got := next_frame(buf, pos, bytes_max)) is not None:
             body, pos = got
             yield body
+
+
+# ---- adds, encoded by hand
+
+# An AddBatch of packed LedgerAdds, byte for byte what frame(pb.AddBatch(...).SerializeToString())
+# gives (fields in number order, ids packed), built so that each entry body is copied once: into
+# the joined frame. Building the protobuf object copied every body into it, serializing copied it
+# again and framing a third time, and on the sending thread, where the bodies are not in cache,
+# that was over half of its CPU per add (~2 us of ~3.6 per entry and bookie, saturated).
+_GROUP_TAG = b"\x12"  # AddBatch.ledger_adds = 2, length-delimited
+_BODY_TAG = 0x32      # LedgerAdds.bodies = 6, length-delimited
+_body_prefixes: dict[int, bytes] = {}
+
+AddColumns = tuple[int, int, bytes, list[int], list[int], list[bytes]]
+"""One ledger's adds of a batch: (ledger id, flag, master key, entry ids, request ids, bodies)."""
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while n > 0x7F:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def _body_prefix(size: int) -> bytes:
+    p = _body_prefixes.get(size)
+    if p is None:
+        p = bytes((_BODY_TAG,)) + _varint(size)
+        if len(_body_prefixes) < 4096:  # entry sizes repeat; a bound in case they do not
+            _body_prefixes[size] = p
+    return p
+
+
+def add_batch_frame(groups: list[AddColumns]) -> bytes:
+    """The framed AddBatch of `groups` (see above)."""
+    parts: list[bytes] = [b""]
+    total = 0
+    prefix = _body_prefix
+    for lid, flag, key, eids, rids, bodies in groups:
+        head = pb.LedgerAdds(ledger_id=lid, flag=flag, master_key=key, entry_ids=eids,  # type: ignore[arg-type]
+                             request_ids=rids).SerializeToString()
+        sub = [head]
+        size = len(head)
+        for body in bodies:
+            p = prefix(len(body))
+            sub.append(p)
+            sub.append(body)
+            size += len(p) + len(body)
+        group_head = _GROUP_TAG + _varint(size)
+        parts.append(group_head)
+        parts.extend(sub)
+        total += len(group_head) + size
+    parts[0] = _LEN.pack(total)
+    return b"".join(parts)

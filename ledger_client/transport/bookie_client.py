@@ -23,6 +23,7 @@ import grpc
 from .. import errors
 from ..protocol import bookkeeper_pb2 as pb
 from ..protocol import bookkeeper_pb2_grpc as pb_grpc
+from ..protocol.add_framing import AddColumns
 from .socket_reads import SocketReads
 
 TRANSPORT_FAILURE = -1  # the status reported for adds whose stream to the bookie broke
@@ -116,7 +117,7 @@ class StreamLimits:
 class AddStream:
     """Adds in flight to one bookie and the sinks waiting on them, over some connection.
 
-    A subclass owns the connection: it sends the messages `_requests()` yields and hands every
+    A subclass owns the connection: it sends the batches `_batches()` yields and hands every
     answer to `_on_response`; when the connection ends it calls `_fail`.
     """
 
@@ -138,7 +139,12 @@ class AddStream:
         self.broken: BaseException | None = None
 
     def _requests(self) -> Iterator[pb.AddBatch]:
-        """Drain whatever is queued into one message (see `_message`)."""
+        """The messages to send, as protobuf objects (see `_batches`)."""
+        for items in self._batches():
+            yield self._message(items)
+
+    def _batches(self) -> Iterator[list[tuple[int, int, bytes, bytes, int, int]]]:
+        """Drain whatever is queued into one batch (see `_columns`)."""
         get, get_nowait = self._q.get, self._q.get_nowait
         bytes_max = self._batch_bytes_max
         while True:
@@ -158,13 +164,13 @@ class AddStream:
                     break
                 items.append(item)
                 size += len(item[3])
-            yield self._message(items)
+            yield items
             if stop:
                 return
 
-    def _message(self, items: list[tuple[int, int, bytes, bytes, int, int]]) -> pb.AddBatch:
-        """One message for `items`, counted as sent: column-wise per ledger (pb.LedgerAdds), a few
-        list appends per entry here, and the message is built in C from the lists."""
+    def _columns(self, items: list[tuple[int, int, bytes, bytes, int, int]]) -> list[AddColumns]:
+        """One message's adds, counted as sent, column-wise per ledger (pb.LedgerAdds): a few list
+        appends per entry here, and the message is built in C (or by add_batch_frame) from the lists."""
         groups: dict[tuple[int, int, bytes], tuple[list[int], list[int], list[bytes]]] = {}
         for lid, eid, key, body, flag, rid in items:
             g = groups.get((lid, flag, key))
@@ -178,10 +184,14 @@ class AddStream:
             self._sent += n
             self._msgs.append(n)
             self._last_size = n
+        return [(lid, flag, key, eids, rids, bodies) for (lid, flag, key), (eids, rids, bodies) in groups.items()]
+
+    def _message(self, items: list[tuple[int, int, bytes, bytes, int, int]]) -> pb.AddBatch:
+        """`_columns` as a protobuf object (the gRPC stream sends objects)."""
         return pb.AddBatch(ledger_adds=[
             pb.LedgerAdds(ledger_id=lid, flag=cast(pb.AddFlag, flag), master_key=key, entry_ids=eids,
                           request_ids=rids, bodies=bodies)
-            for (lid, flag, key), (eids, rids, bodies) in groups.items()])
+            for lid, flag, key, eids, rids, bodies in self._columns(items)])
 
     def _wait_for_room(self) -> int:
         """Block while the bookie holds in_flight_adds_max of ours or the message window is full

@@ -3,7 +3,7 @@ ledger_client.protocol.add_framing): the same batches and answers as the gRPC Ad
 fraction of the CPU per message, which is what decides latency when appends arrive one by one.
 
 Two threads per connection: the sender resolves the bookie's add port, connects, then writes
-what `_requests()` yields (it batches whatever queued meanwhile); the reader parses answers. An
+what `_batches()` yields (it batches whatever queued meanwhile); the reader parses answers. An
 add that finds nothing unanswered and nothing queued is written by the appending thread itself:
 at 1,000 appends/s that was about half of them, and waking the sender for each cost ~70 us of
 CPU per bookie per add (and the wake-up's latency). The connection is made on the sender
@@ -30,7 +30,7 @@ from collections.abc import Callable
 from google.protobuf.message import DecodeError
 
 from ..protocol import bookkeeper_pb2 as pb
-from ..protocol.add_framing import ADD_HELLO, FrameError, frame, read_frames
+from ..protocol.add_framing import ADD_HELLO, FrameError, add_batch_frame, read_frames
 from .bookie_client import AddSink, AddStream, StreamLimits
 from .sockets import greet, shutdown
 
@@ -82,8 +82,8 @@ class SocketAddStream(AddStream):
         reader = threading.Thread(target=self._read, args=(sock,), name=f"add-read-{self._address}", daemon=True)
         reader.start()
         try:
-            for batch in self._requests():
-                data = frame(batch.SerializeToString())
+            for items in self._batches():
+                data = add_batch_frame(self._columns(items))
                 with self._send_lock:
                     sock.sendall(data)
         except OSError as e:
@@ -107,7 +107,7 @@ class SocketAddStream(AddStream):
         try:
             if self._msgs or not self._q.empty() or self.broken is not None:
                 return False
-            data = frame(self._message([item]).SerializeToString())
+            data = add_batch_frame(self._columns([item]))
             try:
                 sock.sendall(data)
             except OSError:
