@@ -34,6 +34,8 @@ from typing import Any, TypeVar
 T = TypeVar("T")
 
 _COND = "_lazy_condition"
+_WAITERS = "_lazy_waiters"
+_CALLBACKS = "_lazy_callbacks"
 log = logging.getLogger("concurrent.futures")  # where the stock Future reports a failing callback
 
 
@@ -44,8 +46,24 @@ class AppendFuture(Future[T]):
         self._state = RUNNING
         self._result = None
         self._exception = None
-        self._waiters: list[Any] = []
-        self._done_callbacks: list[Any] = []
+        # _waiters and _done_callbacks are made on first use too: a pipelined writer holds
+        # thousands of futures at once, and two lists each were a third of the objects the cyclic
+        # GC had to walk per outstanding append.
+
+    @property
+    def _waiters(self) -> list[Any]:  # type: ignore[override]
+        return self._lazy_list(_WAITERS)
+
+    @property
+    def _done_callbacks(self) -> list[Any]:  # type: ignore[override]
+        return self._lazy_list(_CALLBACKS)
+
+    def _lazy_list(self, name: str) -> list[Any]:
+        d = self.__dict__
+        got = d.get(name)
+        if got is None:
+            got = d.setdefault(name, [])  # atomic: racing creators agree
+        return got  # type: ignore[no-any-return]
 
     @property  # type: ignore[override]
     def _condition(self) -> threading.Condition:
@@ -81,7 +99,7 @@ class AppendFuture(Future[T]):
                     else:
                         waiter.add_exception(self)
                 cond.notify_all()
-        if self._done_callbacks:
+        if d.get(_CALLBACKS):
             self._invoke_callbacks()
 
     def add_done_callback(self, fn: Callable[[Future[T]], object]) -> None:
@@ -101,6 +119,16 @@ class AppendFuture(Future[T]):
                 fn(self)
             except Exception:
                 log.exception("exception calling callback for %r", self)
+
+    # Reading the state needs no lock (see the module doc); the stock ones take the condition.
+    def done(self) -> bool:
+        return self._state == FINISHED  # never cancelled
+
+    def running(self) -> bool:
+        return self._state == RUNNING
+
+    def cancelled(self) -> bool:
+        return False
 
     def set_result(self, result: T) -> None:
         self._settle(result, None)

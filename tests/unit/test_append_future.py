@@ -22,6 +22,8 @@ def test_unwaited_future_settles_and_reports():
     f: AppendFuture[int] = AppendFuture()
     assert not f.done() and f.running()
     f.set_result(7)
+    # a writer holds thousands of these: nothing but the state until someone waits or listens
+    assert set(vars(f)) == {"_state", "_result", "_exception"}
     assert f.done() and f.result(timeout=0) == 7 and f.exception(timeout=0) is None
     with pytest.raises(futures.InvalidStateError):
         f.set_result(8)
