@@ -254,10 +254,17 @@ class EntryLogger:
         The bytes reach the OS before this returns (readable by pread) but are durable only
         after `sync()`.
         """
-        locations: list[Location] = []
+        spans, written = self.append_spans(entries)
+        return [Location(log_id, offset, slot) for log_id, offset, count in spans for slot in range(count)], written
+
+    def append_spans(self, entries: Sequence[tuple[int, int, bytes]]) -> tuple[list[tuple[int, int, int]], int]:
+        """`append`, with the locations as one (log id, block offset, entry count) per block, in
+        the order of `entries`: a flush writes every add once more here, and a Location object
+        per entry was a tenth of its CPU."""
+        spans: list[tuple[int, int, int]] = []
         written = 0
         if not entries:
-            return locations, written
+            return spans, written
         self._check_failed()
         with self._write_lock:
             pending = _Pending()
@@ -268,11 +275,11 @@ class EntryLogger:
                 pending.buf.append(block)
                 pending.size += len(block)
                 written += len(block)
-                locations.extend(Location(cur.log_id, offset, slot) for slot in range(count))
+                spans.append((cur.log_id, offset, count))
                 if pending.size >= _WRITE_CHUNK:
                     self._write_pending(pending)
             self._write_pending(pending)
-        return locations, written
+        return spans, written
 
     def _blocks(self, entries: Sequence[tuple[int, int, bytes]]) -> Iterator[tuple[list[bytes], int, int]]:
         """Group entries into blocks of at most block_bytes raw (an oversized entry gets its own)."""

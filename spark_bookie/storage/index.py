@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import struct
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,6 +32,7 @@ _LEDGER = b"L"
 _LOG_META = b"M"
 _LAST_LOG = b"N"
 _KEY2 = struct.Struct(">QQ")
+_ENTRY_KEY = struct.Struct(">cQQ")  # _ENTRY + _KEY2 in one pack
 _KEY1 = struct.Struct(">Q")
 _LOG_KEY = struct.Struct(">I")
 _LOCATION = struct.Struct(">IQI")
@@ -116,6 +118,12 @@ class IndexBatch:
 
     def put_location(self, ledger_id: int, entry_id: int, loc: Location) -> None:
         self._wb.put(_ENTRY + _KEY2.pack(ledger_id, entry_id), _LOCATION.pack(*loc))
+
+    def put_block(self, log_id: int, offset: int, entries: Sequence[tuple[int, int, bytes]]) -> None:
+        """put_location for every entry of one block, in slot order (a flush's bulk of puts)."""
+        put, key, loc = self._wb.put, _ENTRY_KEY.pack, _LOCATION.pack
+        for slot, (lid, eid, _body) in enumerate(entries):
+            put(key(_ENTRY, lid, eid), loc(log_id, offset, slot))
 
     def put_state(self, ledger_id: int, record: bytes) -> None:
         """`record` is LedgerState.encode(), taken under the caller's lock for a consistent snapshot."""

@@ -265,15 +265,18 @@ class LedgerStorage:
 
     def _write_out(self, cache: WriteCache, dirty: dict[int, bytes]) -> None:
         entries = cache.sorted_entries()
-        locations, _written = self._log.append(entries)
+        spans, _written = self._log.append_spans(entries)
         self._log.sync()
         batch = IndexBatch()
-        put = batch.put_location
         added: dict[tuple[int, int], int] = {}
-        for (lid, eid, body), loc in zip(entries, locations, strict=True):
-            put(lid, eid, loc)
-            key = (loc.log_id, lid)
-            added[key] = added.get(key, 0) + entry_record_bytes(len(body))
+        start = 0
+        for log_id, offset, count in spans:
+            block = entries[start:start + count]
+            start += count
+            batch.put_block(log_id, offset, block)
+            for lid, n in _record_bytes_by_ledger(block):
+                added[(log_id, lid)] = added.get((log_id, lid), 0) + n
+        invariant(start == len(entries), f"entry log placed {start} of {len(entries)} entries")
         for lid, record in dirty.items():
             batch.put_state(lid, record)
         self._account(batch, added)
@@ -617,3 +620,13 @@ class _BlockWalk:
         block, slot = found
         self._lids, self._eids, self._bodies, self._nxt = block.ledger_ids, block.entry_ids, block.bodies, slot + 1
         return block.bodies[slot]
+
+
+def _record_bytes_by_ledger(block: Sequence[tuple[int, int, bytes]]) -> list[tuple[int, int]]:
+    """entry_record_bytes summed per ledger over a block sorted by ledger (usually one ledger)."""
+    if block[0][0] == block[-1][0]:
+        return [(block[0][0], entry_record_bytes(0) * len(block) + sum(len(b) for _l, _e, b in block))]
+    sums: dict[int, int] = {}
+    for lid, _eid, body in block:
+        sums[lid] = sums.get(lid, 0) + entry_record_bytes(len(body))
+    return list(sums.items())
