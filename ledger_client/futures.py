@@ -78,8 +78,9 @@ class AppendFuture(Future[T]):
         self.__dict__[_COND] = value
 
     def _settle(self, result: Any, exception: BaseException | None) -> None:
-        d = self.__dict__
-        if d.get(_COND) is not None:
+        # getattr, not self.__dict__: reading __dict__ makes CPython build a dict object for an
+        # instance whose attributes it keeps inline (one more object per append for the GC)
+        if getattr(self, _COND, None) is not None:
             # Someone waits (or waited): the stock locked path.
             if exception is None:
                 super().set_result(result)
@@ -90,7 +91,7 @@ class AppendFuture(Future[T]):
             raise InvalidStateError(f"{self._state}: {self!r}")
         self._result, self._exception = result, exception
         self._state = FINISHED
-        cond = d.get(_COND)
+        cond = getattr(self, _COND, None)
         if cond is not None:
             with cond:  # a waiter arrived between our two looks: wake it
                 for waiter in self._waiters:
@@ -99,7 +100,7 @@ class AppendFuture(Future[T]):
                     else:
                         waiter.add_exception(self)
                 cond.notify_all()
-        if d.get(_CALLBACKS):
+        if getattr(self, _CALLBACKS, None):
             self._invoke_callbacks()
 
     def add_done_callback(self, fn: Callable[[Future[T]], object]) -> None:

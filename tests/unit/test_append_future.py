@@ -134,7 +134,7 @@ def test_each_callback_runs_exactly_once_when_adds_race_the_setter(seed):
         calls: list[int] = []
         start = threading.Barrier(2)
 
-        def adder(f: AppendFuture[int] = f, calls: list[int] = calls) -> None:
+        def adder(f: AppendFuture[int] = f, calls: list[int] = calls, start: threading.Barrier = start) -> None:
             start.wait()
             for k in range(40):
                 f.add_done_callback(lambda x, k=k: calls.append(k))
