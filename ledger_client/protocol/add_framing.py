@@ -44,7 +44,8 @@ def next_frame(buf: bytearray, pos: int, bytes_max: int) -> tuple[bytes, int] | 
     end = pos + LENGTH + n
     if len(buf) < end:
         return None
-    return bytes(buf[pos + LENGTH:end]), end
+    with memoryview(buf) as view:  # one copy (a bytearray slice, then bytes(), made two)
+        return bytes(view[pos + LENGTH:end]), end
 
 
 def read_frames(sock: socket.socket, bytes_max: int, chunk_bytes: int = 1 << 16) -> Iterator[bytes]:
