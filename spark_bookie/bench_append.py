@@ -18,6 +18,7 @@ import subprocess
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -29,12 +30,22 @@ CONFIGS = ((3, 3, 2), (3, 2, 2))
 
 def add_append_parser(sub: Any) -> None:
     p = sub.add_parser("append", help="replicated appends (3 bookies) vs a Redis appendfsync-always peer")
-    p.add_argument("--entries", type=int, default=100_000)
+    p.add_argument("--entries", type=_positive(int), default=100_000)
     p.add_argument("--entry-bytes", type=int, default=1024)
-    p.add_argument("--seconds-at-rate", type=float, default=10.0, help="duration of the 1,000/s latency run")
+    p.add_argument("--seconds-at-rate", type=_positive(float), default=10.0, help="duration of the 1,000/s latency run")
     p.add_argument("--json", default="bench-append.json")
     p.add_argument("--quick", action="store_true", help="smaller runs (smoke test)")
     p.set_defaults(func_bench=bench_append)
+
+
+def _positive(kind: Callable[[str], float]) -> Callable[[str], Any]:
+    """An argparse type: a number > 0 (the runs wait on their last append, so they need one)."""
+    def parse(text: str) -> Any:
+        value = kind(text)
+        if not value > 0:
+            raise argparse.ArgumentTypeError(f"must be > 0, not {text}")
+        return value
+    return parse
 
 
 def _pct(values: list[float], p: float) -> float:
@@ -89,7 +100,7 @@ def _latency_at_rate(client: Any, cfg: tuple[int, int, int], rate: float, second
     the two cores is what the tail latency follows."""
     w = client.create_ledger(*cfg)
     payload = os.urandom(size)
-    n = int(rate * seconds)
+    n = max(1, int(rate * seconds))
     lat = [0.0] * n
     cpu0 = _cpu_now(bookie_pids)
     t0 = time.perf_counter()
