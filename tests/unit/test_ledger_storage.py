@@ -425,8 +425,8 @@ def test_flush_accounts_each_ledgers_bytes_per_log_across_shared_blocks(tmp_path
     s.open()
     want: dict[int, int] = {}
     sizes: dict[int, int] = {}
-    for ledger in range(1, 8):
-        n, size = rng.randrange(1, 60), rng.choice([0, 7, 200, 3000])
+    for ledger in range(1, 9):  # the last one always big enough (~60 KB) to roll a 32 KiB log
+        n, size = (rng.randrange(1, 60), rng.choice([0, 7, 200, 3000])) if ledger < 8 else (20, 3000)
         fill(s, ledger, n, size)
         sizes[ledger] = size
         want[ledger] = sum(20 + len(body(ledger, e, size)) for e in range(n))  # 20-byte record header
