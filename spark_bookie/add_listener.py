@@ -35,7 +35,7 @@ from ledger_client.protocol import bookkeeper_pb2 as pb
 from ledger_client.protocol.add_framing import ADD_HELLO, LENGTH, READ_HELLO, FrameError, frame, next_frame
 
 from .processor import RequestProcessor, add_groups, batch_size, group_failures
-from .server import guard
+from .server import answer_read_range
 
 log = logging.getLogger(__name__)
 HELLO_ID_BYTES_MAX = 1024
@@ -188,8 +188,7 @@ class AddConnection(asyncio.Protocol):
     async def _read(self, req: pb.ReadRangeRequest) -> None:
         """One read, answered when it is done (so a slow disk read holds up only itself); the
         processor bounds the reads in flight (ETOOMANYREQUESTS)."""
-        resp = await guard(lambda: self._p.read_range(req), lambda s, d: pb.ReadRangeResponse(
-            status=s, ledger_id=req.ledger_id, first_entry_id=req.first_entry_id, detail=d))
+        resp = await answer_read_range(self._p, req)
         resp.request_id = req.request_id
         if self._transport is not None:
             body = resp.SerializeToString()  # up to read_range_bytes_max: not copied once more into a frame

@@ -25,7 +25,7 @@ log = logging.getLogger(__name__)
 R = TypeVar("R")
 
 
-async def guard(make: Callable[[], Awaitable[R]], error: Callable[[pb.StatusCode, str], R]) -> R:
+async def _guard(make: Callable[[], Awaitable[R]], error: Callable[[pb.StatusCode, str], R]) -> R:
     """The answer of a request: `error(status, detail)` for a refusal, and for a bug (logged)."""
     try:
         return await make()
@@ -34,6 +34,13 @@ async def guard(make: Callable[[], Awaitable[R]], error: Callable[[pb.StatusCode
     except Exception as e:  # a bug must not kill the connection: answer EIO and log it
         log.exception("request failed")
         return error(pb.EIO, f"internal error: {type(e).__name__}: {e}")
+
+
+async def answer_read_range(p: RequestProcessor, request: pb.ReadRangeRequest) -> pb.ReadRangeResponse:
+    """A range or listed read's answer, refusals included (gRPC's ReadRange and the TCP read
+    connection answer alike)."""
+    return await _guard(lambda: p.read_range(request), lambda s, d: pb.ReadRangeResponse(
+        status=s, ledger_id=request.ledger_id, first_entry_id=request.first_entry_id, detail=d))
 
 
 class BookieServicer(pb_grpc.BookieServicer):
@@ -97,22 +104,21 @@ class BookieServicer(pb_grpc.BookieServicer):
             reader.cancel()
 
     async def Read(self, request: pb.ReadRequest, context: Any) -> pb.ReadResponse:  # noqa: N802
-        return await guard(lambda: self._p.read(request), lambda s, d: pb.ReadResponse(
+        return await _guard(lambda: self._p.read(request), lambda s, d: pb.ReadResponse(
             status=s, ledger_id=request.ledger_id, entry_id=request.entry_id, detail=d))
 
     async def ReadRange(self, request: pb.ReadRangeRequest, context: Any) -> pb.ReadRangeResponse:  # noqa: N802
-        return await guard(lambda: self._p.read_range(request), lambda s, d: pb.ReadRangeResponse(
-            status=s, ledger_id=request.ledger_id, first_entry_id=request.first_entry_id, detail=d))
+        return await answer_read_range(self._p, request)
 
     async def ReadLac(self, request: pb.ReadLacRequest, context: Any) -> pb.ReadLacResponse:  # noqa: N802
-        return await guard(lambda: self._p.read_lac(request), lambda s, d: pb.ReadLacResponse(
+        return await _guard(lambda: self._p.read_lac(request), lambda s, d: pb.ReadLacResponse(
             status=s, ledger_id=request.ledger_id, detail=d))
 
     async def WriteLac(self, request: pb.WriteLacRequest, context: Any) -> pb.WriteLacResponse:  # noqa: N802
         async def run() -> pb.WriteLacResponse:
             await self._p.write_lac(request)
             return pb.WriteLacResponse(status=pb.EOK, ledger_id=request.ledger_id)
-        return await guard(run, lambda s, d: pb.WriteLacResponse(
+        return await _guard(run, lambda s, d: pb.WriteLacResponse(
             status=s, ledger_id=request.ledger_id, detail=d))
 
     async def GetBookieInfo(self, request: pb.BookieInfoRequest, context: Any) -> pb.BookieInfoResponse:  # noqa: N802

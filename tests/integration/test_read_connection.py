@@ -38,11 +38,16 @@ def _answers(s: socket.socket, n: int) -> dict[int, pb.ReadRangeResponse]:
     return got
 
 
-def test_wire_format_answers_carry_the_request_id(cluster_factory):
+def _bookie_holding(cluster_factory, ledger_id: int, count: int, size: int = 100):
+    """One bookie, holding entries 0..count-1 of `ledger_id` (bodies as bookie_helpers.body)."""
     sb = cluster_factory(1)
-    bid = sb.bookies[0].bookie_id
-    with BookieClient(bid) as c:
-        add_all(c, 4, range(6))
+    with BookieClient(sb.bookies[0].bookie_id) as c:
+        add_all(c, ledger_id, range(count), size=size)
+    return sb, sb.bookies[0].bookie_id
+
+
+def test_wire_format_answers_carry_the_request_id(cluster_factory):
+    _sb, bid = _bookie_holding(cluster_factory, 4, 6)
     with _read_socket(bid) as s:
         s.sendall(frame(pb.ReadRangeRequest(ledger_id=4, entry_ids=[1, 3, 5], request_id=70).SerializeToString())
                   + frame(pb.ReadRangeRequest(ledger_id=4, first_entry_id=0, last_entry_id=2,
@@ -60,10 +65,7 @@ def test_more_reads_at_once_than_a_connection_serves_all_get_answers(cluster_fac
     (answers of megabytes each must not pile up without bound) and goes on once reads finish."""
     from spark_bookie.add_listener import READS_PER_CONNECTION_MAX
 
-    sb = cluster_factory(1)
-    bid = sb.bookies[0].bookie_id
-    with BookieClient(bid) as c:
-        add_all(c, 8, range(4), size=20_000)
+    _sb, bid = _bookie_holding(cluster_factory, 8, 4, size=20_000)
     n = 3 * READS_PER_CONNECTION_MAX
     with _read_socket(bid) as s:
         s.sendall(b"".join(frame(pb.ReadRangeRequest(ledger_id=8, first_entry_id=i % 4, last_entry_id=3,
@@ -75,10 +77,7 @@ def test_more_reads_at_once_than_a_connection_serves_all_get_answers(cluster_fac
 
 
 def test_garbage_closes_only_that_read_connection(cluster_factory):
-    sb = cluster_factory(1)
-    bid = sb.bookies[0].bookie_id
-    with BookieClient(bid) as c:
-        add_all(c, 5, range(3))
+    sb, bid = _bookie_holding(cluster_factory, 5, 3)
     with _read_socket(bid) as s:
         s.sendall(frame(b"\xff\xff\xff\xff not a protobuf"))
         wait_closed_by_bookie(s)
