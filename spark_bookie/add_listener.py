@@ -17,8 +17,10 @@ re-replication benchmark, where CPU is the bound, workers and bookies together o
 less per ledger. Single-entry reads, long polls, LAC and fencing stay on gRPC.
 
 Add rules are those of the gRPC stream: at most `in_flight_adds_max` adds of a connection wait for the
-journal (more get ETOOMANYREQUESTS), answers already due are merged into one frame, and reading
-stops while the client does not take its answers (reads too). A frame that does not parse, a length
+journal (more get ETOOMANYREQUESTS), and reading stops while the client does not take its answers
+(reads too). Adds are answered from the journal thread, one frame per connection per journal
+group, written straight to the socket while nothing is waiting in the transport's buffer (else
+handed to the loop, which keeps the frames in order). A frame that does not parse, a length
 over `message_bytes_max`, a wrong hello or another bookie's id closes that connection (logged);
 the bookie goes on.
 """
@@ -27,6 +29,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import threading
 from typing import cast
 
 from google.protobuf.message import DecodeError
@@ -60,22 +64,30 @@ class AddConnection(asyncio.Protocol):
         self._write_paused = False  # the client is not taking its answers
         self._transport: asyncio.Transport | None = None
         self._peer = "?"
+        # Answers come from the journal thread (and refusals from the loop): the lock covers the
+        # answer lists, the in-flight count and every write of an answer.
+        self._out_lock = threading.RLock()
         self._ok: list[int] = []
         self._failed: list[pb.AddResponse] = []
-        self._flush_due = False
+        self._handed_off = 0  # answer bytes given to the loop to write and not written yet
+        self._fd = -1
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._fd = transport.get_extra_info("socket").fileno()
         self._transport = cast(asyncio.Transport, transport)
         self._peer = str(transport.get_extra_info("peername"))
         self._live.add(self)
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self._transport = None  # answers still coming from the journal are dropped
+        with self._out_lock:  # the socket is closed after this returns: no answer may write to it then
+            self._transport = None  # answers still coming from the journal are dropped
         self._live.discard(self)
 
     def close(self) -> None:
         """Send what is already answered, then close (the bookie is stopping)."""
-        self._flush()
+        self._send_answers()
         if self._transport is not None:
             self._transport.close()
 
@@ -158,18 +170,23 @@ class AddConnection(asyncio.Protocol):
 
     def _on_batch(self, batch: pb.AddBatch) -> None:
         n = batch_size(batch)
-        if self._in_flight + n > self._in_flight_max:
+        with self._out_lock:
+            full = self._in_flight + n > self._in_flight_max
+            if not full:
+                self._in_flight += n
+        if full:
             detail = f"more than {self._in_flight_max} adds in flight on this connection"
             self._reply([], [f for g in add_groups(batch) for f in group_failures(g, pb.ETOOMANYREQUESTS, detail)],
                         counted=False)
+            self._send_answers()
             return
-        self._in_flight += n
         try:
-            self._p.process_adds(batch, self._reply)
+            self._p.process_adds(batch, self._reply, self._send_answers)
         except Exception as e:  # a bug must not kill the bookie: answer EIO, as the gRPC path does
             log.exception("add batch from %s failed", self._peer)
             self._reply([], [f for g in add_groups(batch)
                              for f in group_failures(g, pb.EIO, f"internal error: {type(e).__name__}: {e}")])
+            self._send_answers()
 
     def _on_read(self, req: pb.ReadRangeRequest) -> None:
         task = asyncio.ensure_future(self._read(req))
@@ -196,26 +213,48 @@ class AddConnection(asyncio.Protocol):
             self._transport.write(body)
 
     def _reply(self, ok: list[int], failed: list[pb.AddResponse], counted: bool = True) -> None:
-        if counted:
-            self._in_flight -= len(ok) + len(failed)
-        self._ok.extend(ok)
-        self._failed.extend(failed)
-        if not self._flush_due:  # answers due in this loop iteration leave as one frame
-            self._flush_due = True
-            asyncio.get_running_loop().call_soon(self._flush)
+        """Collect answers (any thread); _send_answers sends them."""
+        with self._out_lock:
+            if counted:
+                self._in_flight -= len(ok) + len(failed)
+            self._ok.extend(ok)
+            self._failed.extend(failed)
 
-    def _flush(self) -> None:
-        self._flush_due = False
-        ok, failed, self._ok, self._failed = self._ok, self._failed, [], []
-        if self._transport is None or not (ok or failed):
-            return
-        self._transport.write(frame(pb.AddBatchResponse(ok_request_ids=ok, responses=failed).SerializeToString()))
+    def _send_answers(self) -> None:
+        """Send the collected answers as one frame (any thread): straight to the socket while the
+        transport holds nothing unsent, else through the loop, after what it holds."""
+        with self._out_lock:
+            ok, failed, transport = self._ok, self._failed, self._transport
+            if transport is None or not (ok or failed):
+                return
+            self._ok, self._failed = [], []
+            data = frame(pb.AddBatchResponse(ok_request_ids=ok, responses=failed).SerializeToString())
+            if not self._handed_off and not transport.get_write_buffer_size():
+                try:
+                    sent = os.write(self._fd, data)
+                except OSError:  # full (or broken: the transport meets that too and closes)
+                    sent = 0
+                if sent == len(data):
+                    return
+                data = data[sent:]
+            self._handed_off += 1
+            try:
+                cast(asyncio.AbstractEventLoop, self._loop).call_soon_threadsafe(self._write_on_loop, data)
+            except RuntimeError:  # the loop is closed: the bookie is gone, and with it the connection
+                self._handed_off -= 1
+
+    def _write_on_loop(self, data: bytes) -> None:
+        with self._out_lock:
+            self._handed_off -= 1
+            if self._transport is not None:
+                self._transport.write(data)
 
     def _drop(self, why: str) -> None:
         log.warning("closing %s connection from %s: %s", "read" if self._reads else "add", self._peer, why)
-        if self._transport is not None:
-            self._transport.close()
-            self._transport = None
+        with self._out_lock:
+            if self._transport is not None:
+                self._transport.close()
+                self._transport = None
 
 
 class AddListener:

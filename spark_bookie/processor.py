@@ -58,7 +58,7 @@ class RequestProcessor:
         self._executor = executor
         self._read_only = read_only
         self._reads_in_flight = 0
-        self.lac = LacTracker(self._initial_lac)
+        self.lac = LacTracker(self._initial_lac, loop)
 
     # ------------------------------------------------------------------ helpers
 
@@ -162,12 +162,19 @@ class RequestProcessor:
             self._storage.add_entries(lid, entries)
         return top_lac
 
-    def process_adds(self, batch: pb.AddBatch, reply: Reply) -> None:
-        """Apply a batch; `reply(ok_request_ids, failures)` runs once all accepted adds are durable."""
+    def process_adds(self, batch: pb.AddBatch, reply: Reply, flush: Callable[[], None] | None = None) -> None:
+        """Apply a batch; `reply(ok_request_ids, failures)` runs once all accepted adds are durable.
+
+        Without `flush`, `reply` runs on the event loop. With it, `reply` may run on the journal
+        thread (so it must be thread-safe) and only collects answers: `flush` sends them, once per
+        journal group however many of the caller's batches the group held. That spares each
+        durable add a wake-up of the event loop (its self-pipe, a loop turn and a second one for
+        the write), a third of a bookie's CPU per add at 1,000 adds/s.
+        """
         groups = add_groups(batch)
         if self._read_only():
-            reply([], [f for g in groups
-                       for f in group_failures(g, pb.EREADONLY, "bookie is read-only (disk usage above threshold)")])
+            _answer_now(reply, flush, [], [f for g in groups for f in group_failures(
+                g, pb.EREADONLY, "bookie is read-only (disk usage above threshold)")])
             return
         failures: list[pb.AddResponse] = []
         records: list[JournalRecord] = []
@@ -178,29 +185,32 @@ class RequestProcessor:
             if lac > lacs.get(g.ledger_id, -2):
                 lacs[g.ledger_id] = lac
         if not records:
-            reply([], failures)
+            _answer_now(reply, flush, [], failures)
             return
 
-        def finish(exc: BaseException | None) -> None:
+        def finish(exc: BaseException | None) -> Callable[[], None] | None:
             if exc is not None:
                 detail = f"journal write failed: {exc}"
                 accepted = set(ok_ids)
                 failures.extend(f for g in groups for f in group_failures(g, pb.EIO, detail)
                                 if f.request_id in accepted)
                 reply([], failures)
-                return
+                return flush
             for lid, lac in lacs.items():
                 if lac >= -1:
                     self.lac.advance(lid, lac)
             reply(ok_ids, failures)
+            return flush
 
-        def done(exc: BaseException | None) -> None:
+        def on_loop(exc: BaseException | None) -> None:
             self._loop.call_soon_threadsafe(finish, exc)
 
         try:
-            self._journal.submit(records, done)
+            self._journal.submit(records, finish if flush is not None else on_loop)
         except StorageIOError as e:
-            finish(e)
+            after = finish(e)
+            if after is not None:
+                after()
 
     # ------------------------------------------------------------------ fencing and LAC
 
@@ -309,6 +319,13 @@ def _listed_ids(ledger_id: int, entry_ids: Sequence[int]) -> list[int]:
     if ids[0] < 0 or any(b <= a for a, b in pairwise(ids)):
         raise BadRequestError(f"ledger {ledger_id}: listed entry ids must be >= 0 and strictly ascending")
     return ids
+
+
+def _answer_now(reply: Reply, flush: Callable[[], None] | None, ok: list[int],
+                failures: list[pb.AddResponse]) -> None:
+    reply(ok, failures)
+    if flush is not None:
+        flush()
 
 
 def _settle(fut: asyncio.Future[None], exc: BaseException | None) -> None:

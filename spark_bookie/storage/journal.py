@@ -196,11 +196,16 @@ def _write_all(fd: int, data: bytes | memoryview) -> None:
         view = view[n:]
 
 
+# Called on the journal thread with None (durable) or the error; may return a function to run
+# after all of its group's callbacks (see Journal.submit).
+JournalCallback = Callable[[BaseException | None], Callable[[], None] | None]
+
+
 @dataclass(slots=True)
 class _Pending:
     data: bytes
     records: int
-    callback: Callable[[BaseException | None], None]
+    callback: JournalCallback
     enqueued: float
 
 
@@ -324,9 +329,12 @@ class Journal:
 
     # ---- any thread
 
-    def submit(self, records: Sequence[JournalRecord],
-               callback: Callable[[BaseException | None], None]) -> None:
+    def submit(self, records: Sequence[JournalRecord], callback: JournalCallback) -> None:
         """Make `records` durable, then call `callback(None)` (or `callback(error)` if the disk failed).
+
+        A callback may return a function to run once the whole group's callbacks have run (the
+        same function returned by several callbacks of a group runs once): a connection answers
+        all of its adds in a group with one message.
 
         Blocks while the queue holds queue_records_max records (back-pressure on the network). A
         submit larger than the whole bound is still accepted once the queue is empty.
@@ -465,11 +473,19 @@ class Journal:
             self._roll(jf)
 
     def _complete(self, group: list[_Pending], error: BaseException | None) -> None:
+        after: dict[Callable[[], None], None] = {}  # insertion-ordered and without repeats
         for p in group:
             try:
-                p.callback(error)
+                then = p.callback(error)
+                if then is not None:
+                    after[then] = None
             except Exception:
                 log.exception("journal callback raised; ignored")
+        for then in after:
+            try:
+                then()
+            except Exception:
+                log.exception("journal group callback raised; ignored")
 
     def _roll(self, jf: _JournalFile) -> None:
         try:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import threading
 import tomllib
 from pathlib import Path
 
@@ -175,3 +176,18 @@ def test_free_port_never_hands_out_a_port_twice() -> None:
     base = free_port_range(5)
     assert len(set(ports)) == len(ports)
     assert not set(range(base, base + 5)) & set(ports)
+
+
+def test_lac_advanced_from_another_thread_wakes_a_long_poll_on_the_loop():
+    """Adds on the TCP port are answered from the journal thread, which advances the LAC there."""
+    async def run():
+        t = LacTracker(lambda lid: -1, asyncio.get_running_loop())
+        waiter = asyncio.ensure_future(t.wait_past(5, -1, 5.0))
+        await asyncio.sleep(0.01)
+        thread = threading.Thread(target=t.advance, args=(5, 0))
+        thread.start()
+        thread.join()
+        assert await asyncio.wait_for(waiter, 2.0) == 0
+        assert t.waiting() == 0 and t.get(5) == 0
+
+    asyncio.run(run())

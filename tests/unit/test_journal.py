@@ -360,3 +360,29 @@ def test_fdatasync_failure_reaches_callback_and_fails_the_journal(
     j.stop()
     assert done.results[0] == (0, None)
     assert len(done.results) == 2
+
+
+def test_a_function_returned_by_callbacks_runs_once_per_group_after_them(tmp_path: Path) -> None:
+    """What lets a bookie connection answer all of its adds in a group with one message: each
+    callback only collects, the function they return sends, once, after the group's last callback."""
+    j = Journal(tmp_path, group_commit_wait_ms=200.0)  # every submit below lands in one group
+    j.start()
+    events: list[str] = []
+    sent = threading.Event()
+
+    def send() -> None:
+        events.append("send")
+        sent.set()
+
+    def collect(i: int) -> Callable[[BaseException | None], Callable[[], None]]:
+        def cb(err: BaseException | None) -> Callable[[], None]:
+            events.append(f"cb{i}:{err}")
+            return send
+        return cb
+
+    for i in range(3):
+        j.submit([JournalRecord(RecordType.ADD, 1, i, b"x")], collect(i))
+    assert sent.wait(5)
+    j.stop()
+    assert j.groups_synced == 1
+    assert events == ["cb0:None", "cb1:None", "cb2:None", "send"]
