@@ -112,11 +112,17 @@ class WriteHandle:
             self._futures[eid] = fut
             self._sent_at[eid] = time.monotonic()
             pool, key, recovery = self._client.pool, self._key, self._recovery
+            sends = []
             for b in bookies:
                 try:
-                    pool.get(b).add_async(self.ledger_id, eid, key, body, self, recovery=recovery)
+                    send = pool.get(b).add_deferred(self.ledger_id, eid, key, body, self, recovery=recovery)
                 except errors.LedgerError as e:  # known at once (a refused connect): noted under
                     self._note_failure(b, e)     # the lock, so no later ack completes an entry first
+                else:
+                    if send is not None:
+                        sends.append(send)
+        for send in sends:  # outside the lock: the bookies' answers for earlier entries need it
+            send()
         return fut
 
     def _check_writable(self) -> None:

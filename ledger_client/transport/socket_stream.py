@@ -31,7 +31,7 @@ from google.protobuf.message import DecodeError
 
 from ..protocol import bookkeeper_pb2 as pb
 from ..protocol.add_framing import ADD_HELLO, FrameError, add_batch_frame, read_frames
-from .bookie_client import AddSink, AddStream, StreamLimits
+from .bookie_client import AddStream, StreamLimits
 from .sockets import greet, shutdown
 
 
@@ -92,8 +92,8 @@ class SocketAddStream(AddStream):
         reader.join()
         sock.close()  # here, once neither thread can be inside a call on it
 
-    def send(self, item: tuple[int, int, bytes, bytes, int, int], sink: AddSink) -> None:
-        if self._register(item, sink) and not self._sent_now(item):
+    def dispatch(self, item: tuple[int, int, bytes, bytes, int, int]) -> None:
+        if not self._sent_now(item):
             self._q.put(item)
 
     def _sent_now(self, item: tuple[int, int, bytes, bytes, int, int]) -> bool:

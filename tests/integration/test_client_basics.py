@@ -121,6 +121,44 @@ def test_ten_thousand_async_appends_complete_in_order(cluster_factory):
         assert [e.data for e in r.read(9_990, 9_999)] == [data(w.ledger_id, i, 100) for i in range(9_990, 10_000)]
 
 
+def test_appends_from_several_threads_at_once_all_land_under_their_ids(cluster_factory):
+    """A handle is shared by threads: each add is sent after the writer's lock is released, so two
+    threads' adds may reach a bookie in either order; every entry must still be stored under the
+    id its future returned, and complete in id order."""
+    sb = cluster_factory(3)
+    threads_n, per_thread = 4, 500
+    with client(sb) as c:
+        w = c.create_ledger(3, 3, 2)
+        written: dict[int, bytes] = {}
+        completed: list[int] = []
+        lock = threading.Lock()
+
+        def writer(t: int) -> None:
+            futs = []
+            for i in range(per_thread):
+                payload = f"thread {t} entry {i}".encode()
+                f = w.append_async(payload)
+                f.add_done_callback(lambda f: (lock.acquire(), completed.append(f.result()), lock.release()))
+                futs.append((f, payload))
+            for f, payload in futs:
+                eid = f.result(timeout=60)
+                with lock:
+                    written[eid] = payload
+
+        workers = [threading.Thread(target=writer, args=(t,)) for t in range(threads_n)]
+        for t in workers:
+            t.start()
+        for t in workers:
+            t.join(120)
+        total = threads_n * per_thread
+        assert sorted(written) == list(range(total))
+        assert completed == list(range(total))
+        w.close()
+        r = c.open_ledger(w.ledger_id, b"")
+        assert r.last_add_confirmed == total - 1
+        assert {e.entry_id: e.data for e in r.read(0, total - 1)} == written
+
+
 def test_reader_lac_lags_by_one_and_explicit_lac_closes_the_gap(cluster_factory):
     sb = cluster_factory(3)
     with client(sb) as writer_client, client(sb) as reader_client:
