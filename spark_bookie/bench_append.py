@@ -22,6 +22,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from .bench_host import cpu_times, round_trips, steal_share
+
 GOAL_ENTRIES_PER_S = 20_000
 GOAL_PEER_RATIO = 2.0
 GOAL_P99_MS_AT_1K = 5.0
@@ -102,7 +104,7 @@ def _latency_at_rate(client: Any, cfg: tuple[int, int, int], rate: float, second
     payload = os.urandom(size)
     n = max(1, int(rate * seconds))
     lat = [0.0] * n
-    cpu0 = _cpu_now(bookie_pids)
+    cpu0, host0 = _cpu_now(bookie_pids), cpu_times()
     t0 = time.perf_counter()
     for i in range(n):
         due = t0 + i / rate
@@ -115,10 +117,10 @@ def _latency_at_rate(client: Any, cfg: tuple[int, int, int], rate: float, second
     # this loop did) made the heap grow by ~10 tracked objects per entry, and CPython's full
     # collections, which rescan all of them, stalled the writer for 30-40 ms: the bench's p99.
     f.result(timeout=120)
-    cpu1 = _cpu_now(bookie_pids)
+    cpu1, host1 = _cpu_now(bookie_pids), cpu_times()
     w.close()
     return {"offered_per_s": rate, "p50_ms": _pct(lat, 50), "p99_ms": _pct(lat, 99), "p999_ms": _pct(lat, 99.9),
-            **_cpu_per_entry(cpu0, cpu1, n)}
+            **_cpu_per_entry(cpu0, cpu1, n), "host_steal_share": steal_share(host0, host1)}
 
 
 def redis_peer(workdir: Path, seconds: float, size: int, clients: int = 64) -> dict[str, Any]:
@@ -179,6 +181,8 @@ def bench_append(args: argparse.Namespace) -> int:
         with LedgerClient(sb.connect_string, config=ClientConfig()) as client:
             pids = [b.proc.pid for b in sb.bookies if b.proc is not None]
             _throughput(client, (3, 3, 2), min(entries, 5_000), args.entry_bytes, pids)  # warm-up
+            trips = round_trips(1000.0, 1.0 if args.quick else 3.0)
+            res["host_round_trip"] = {"p50_ms": _pct(trips, 50), "p99_ms": _pct(trips, 99)}
             # Latency at 1,000/s first: right after a saturated run the bookies are still writing
             # its entries from their write caches to the entry logs (checkpoint fsyncs on the same
             # disk as the journal), which measures the burst's aftermath, not a 1,000/s workload.
@@ -217,6 +221,11 @@ def _report(res: dict[str, Any]) -> None:
         t = res[name]
         print(f"  CPU per entry at 1,000/s ({'grpc' if name.endswith('grpc') else 'tcp'}): client "
               f"{t['client_cpu_us_per_entry']:.0f} us, bookies {t['bookies_cpu_us_per_entry']:.0f} us")
+    h = res["host_round_trip"]
+    steals = ", ".join(f"{res[k]['host_steal_share']:.0%}" for k in
+                       ("E3Qw3Qa2_at_1000", "E3Qw2Qa2_at_1000", "E3Qw3Qa2_at_1000_grpc"))
+    print(f"host: one byte to another process and back at 1,000/s: p50 {h['p50_ms']:.2f} ms  p99 "
+          f"{h['p99_ms']:.2f} ms; hypervisor steal during the three 1,000/s runs: {steals} of CPU time")
     if peer_rate:
         print(f"peer: Redis appendfsync=always, XADD, {peer['clients']} clients: {peer_rate:,.0f} entries/s "
               "(one copy)")

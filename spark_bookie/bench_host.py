@@ -1,0 +1,58 @@
+"""What the host gives a latency benchmark, measured in the same run as the benchmark.
+
+On a virtual machine whose host is busy, a thread woken on an idle virtual CPU can wait
+milliseconds before it runs (counted as "steal" in /proc/stat). An append at 1,000/s is a chain
+of such wake-ups (writer, bookie, journal, fdatasync, reader), so its tail follows the host's:
+on the same 2-core machine, p99 at 1,000/s went from under 5 ms on a quiet day to 10-60 ms on a
+day when a bare round trip between two processes had a p99 of 2.5-3.5 ms. Reporting both lets
+a reader tell a slower build from a busier host.
+"""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+_ECHO = "import socket,sys\ns=socket.socket(fileno=int(sys.argv[1]))\nwhile (d:=s.recv(64)):\n    s.sendall(d)\n"
+
+
+def cpu_times() -> list[int]:
+    """The host's CPU time counters (first line of /proc/stat: user nice system idle iowait irq
+    softirq steal ...)."""
+    return [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+
+
+def steal_share(before: list[int], after: list[int]) -> float:
+    """Fraction of the host's CPU time between two `cpu_times()` that the hypervisor took."""
+    delta = [b - a for a, b in zip(before, after, strict=False)]
+    total = sum(delta[:8])
+    return delta[7] / total if len(delta) > 7 and total > 0 else 0.0
+
+
+def round_trips(rate: float = 1000.0, seconds: float = 3.0) -> list[float]:
+    """One byte to another process and back, `rate` times a second (open loop, like the append
+    latency run): the round-trip times in seconds, the floor under any request/answer latency."""
+    mine, theirs = socket.socketpair()
+    echo = subprocess.Popen([sys.executable, "-c", _ECHO, str(theirs.fileno())], pass_fds=[theirs.fileno()])
+    theirs.close()
+    times: list[float] = []
+    try:
+        mine.settimeout(10)
+        mine.sendall(b"x")  # the echo process has started once this comes back
+        mine.recv(64)
+        t0 = time.perf_counter()
+        for i in range(max(1, int(rate * seconds))):
+            delay = t0 + i / rate - time.perf_counter()
+            if delay > 0:
+                time.sleep(delay)
+            start = time.perf_counter()
+            mine.sendall(b"x")
+            mine.recv(64)
+            times.append(time.perf_counter() - start)
+    finally:
+        mine.close()
+        echo.wait(timeout=10)
+    return times
