@@ -69,7 +69,7 @@ class AddConnection(asyncio.Protocol):
         self._out_lock = threading.RLock()
         self._ok: list[int] = []
         self._failed: list[pb.AddResponse] = []
-        self._handed_off = 0  # answer bytes given to the loop to write and not written yet
+        self._handed_off = 0  # answer frames (or their tails) given to the loop and not written yet
         self._fd = -1
         self._loop: asyncio.AbstractEventLoop | None = None
 

@@ -63,7 +63,10 @@ class LacTracker:
             loop = self._loop
         if loop is not None:
             for fut in ready:
-                loop.call_soon_threadsafe(_wake, fut, lac)
+                try:
+                    loop.call_soon_threadsafe(_wake, fut, lac)
+                except RuntimeError:  # the loop is closed (bookie stopping): its waiters went with it
+                    return
 
     def forget(self, ledger_id: int) -> None:
         with self._lock:
