@@ -23,6 +23,9 @@ def test_bench_quick_runs_and_writes_json(tmp_path, which):
         assert data["bookie_adds"]["adds_per_s"] > 0 and data["raw_group_commit_1mib"]["mb_per_s"] > 0
     else:
         assert data["E3Qw3Qa2"]["entries_per_s"] > 0 and "p99_ms" in data["E3Qw3Qa2_at_1000"]
+        trip = data["host_round_trip"]  # the host's floor, measured in the same run
+        assert 0 < trip["p50_ms"] <= trip["p99_ms"] and "host: one byte to another process" in r.stdout
+        assert 0 <= data["E3Qw3Qa2_at_1000"]["host_steal_share"] < 1
     assert not list(tmp_path.glob("bench-*/cluster"))  # temporary clusters are removed
 
 

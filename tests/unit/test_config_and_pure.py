@@ -191,3 +191,15 @@ def test_lac_advanced_from_another_thread_wakes_a_long_poll_on_the_loop():
         assert t.waiting() == 0 and t.get(5) == 0
 
     asyncio.run(run())
+
+
+def test_steal_share_is_the_hypervisors_part_of_the_host_cpu_time_between_two_readings():
+    from spark_bookie.bench_host import cpu_times, steal_share
+
+    # user nice system idle iowait irq softirq steal guest guest_nice (guest time is inside user)
+    before = [100, 0, 50, 800, 10, 0, 5, 35, 7, 0]
+    after = [160, 0, 70, 860, 10, 0, 10, 65, 9, 0]
+    assert steal_share(before, after) == 30 / 175
+    assert steal_share(before, before) == 0.0
+    now = cpu_times()
+    assert len(now) >= 8 and 0.0 <= steal_share(now, cpu_times()) <= 1.0
