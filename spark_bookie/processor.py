@@ -208,9 +208,9 @@ class RequestProcessor:
         try:
             self._journal.submit(records, finish if flush is not None else on_loop)
         except StorageIOError as e:
-            after = finish(e)
-            if after is not None:
-                after()
+            finish(e)
+            if flush is not None:
+                flush()
 
     # ------------------------------------------------------------------ fencing and LAC
 
