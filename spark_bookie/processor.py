@@ -1,6 +1,10 @@
 """BookKeeper's request semantics: adds, reads, fencing, explicit LAC and long polls.
 
-Runs on the server's event-loop thread. The rules (BookKeeper's Bookie.addEntry / readEntry /
+Reads, fences and LAC writes run on the server's event loop; adds also on the threads of TCP add
+connections (spark_bookie.add_connection), so `_apply_lock` makes each add batch's checks, storage
+writes and journal submit one step against a fence's (and a new ledger's key setting): an add that
+found the ledger unfenced is submitted to the journal before the FENCE record, hence durable and
+answered before the fencing read is. The rules (BookKeeper's Bookie.addEntry / readEntry /
 fenceLedger):
 - the first add or fence of a ledger records its master key (journaled before the entry); later
   adds and fences with another key get EUA;
@@ -16,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
 from itertools import pairwise
@@ -58,6 +63,7 @@ class RequestProcessor:
         self._executor = executor
         self._read_only = read_only
         self._reads_in_flight = 0
+        self._apply_lock = threading.Lock()  # see the module docstring
         self.lac = LacTracker(self._initial_lac, loop)
 
     # ------------------------------------------------------------------ helpers
@@ -165,7 +171,8 @@ class RequestProcessor:
     def process_adds(self, batch: pb.AddBatch, reply: Reply, flush: Callable[[], None] | None = None) -> None:
         """Apply a batch; `reply(ok_request_ids, failures)` runs once all accepted adds are durable.
 
-        Without `flush`, `reply` runs on the event loop. With it, `reply` may run on the journal
+        Callable from any thread. Without `flush`, `reply` runs on the event loop. With it,
+        `reply` may run on the journal
         thread (so it must be thread-safe) and only collects answers: `flush` sends them, once per
         journal group however many of the caller's batches the group held. That spares each
         durable add a wake-up of the event loop (its self-pipe, a loop turn and a second one for
@@ -180,13 +187,6 @@ class RequestProcessor:
         records: list[JournalRecord] = []
         ok_ids: list[int] = []
         lacs: dict[int, int] = {}
-        for g in groups:
-            lac = self._accept_group(g, records, ok_ids, failures)
-            if lac > lacs.get(g.ledger_id, -2):
-                lacs[g.ledger_id] = lac
-        if not records:
-            _answer_now(reply, flush, [], failures)
-            return
 
         def finish(exc: BaseException | None) -> Callable[[], None] | None:
             if exc is not None:
@@ -206,22 +206,33 @@ class RequestProcessor:
             self._loop.call_soon_threadsafe(finish, exc)
 
         try:
-            self._journal.submit(records, finish if flush is not None else on_loop)
+            with self._apply_lock:
+                for g in groups:
+                    lac = self._accept_group(g, records, ok_ids, failures)
+                    if lac > lacs.get(g.ledger_id, -2):
+                        lacs[g.ledger_id] = lac
+                if records:
+                    self._journal.submit(records, finish if flush is not None else on_loop)
         except StorageIOError as e:
             finish(e)
             if flush is not None:
                 flush()
+            return
+        if not records:
+            _answer_now(reply, flush, [], failures)
 
     # ------------------------------------------------------------------ fencing and LAC
 
     async def fence(self, ledger_id: int, key: bytes) -> None:
         records: list[JournalRecord] = []
-        self._check_key(ledger_id, key, records)
-        if self._storage.set_fenced(ledger_id):
-            log.info("fenced ledger %d", ledger_id)
-        # Always journal: an earlier fence may still be in flight and must be durable before we answer.
-        records.append(JournalRecord(RecordType.FENCE, ledger_id, -1, b""))
-        await self._journal_async(records)
+        with self._apply_lock:
+            self._check_key(ledger_id, key, records)
+            if self._storage.set_fenced(ledger_id):
+                log.info("fenced ledger %d", ledger_id)
+            # Always journal: an earlier fence may still be in flight and must be durable before we answer.
+            records.append(JournalRecord(RecordType.FENCE, ledger_id, -1, b""))
+            durable = self._journal_async(records)
+        await durable
 
     async def write_lac(self, req: pb.WriteLacRequest) -> None:
         if req.ledger_id < 0 or req.lac < -1:
@@ -229,10 +240,12 @@ class RequestProcessor:
         if self._read_only():
             raise ReadOnlyError("bookie is read-only (disk usage above threshold)")
         records: list[JournalRecord] = []
-        self._check_key(req.ledger_id, req.master_key, records)
-        self._storage.set_explicit_lac(req.ledger_id, req.lac, req.body)
-        records.append(JournalRecord(RecordType.EXPLICIT_LAC, req.ledger_id, req.lac, req.body))
-        await self._journal_async(records)
+        with self._apply_lock:
+            self._check_key(req.ledger_id, req.master_key, records)
+            self._storage.set_explicit_lac(req.ledger_id, req.lac, req.body)
+            records.append(JournalRecord(RecordType.EXPLICIT_LAC, req.ledger_id, req.lac, req.body))
+            durable = self._journal_async(records)
+        await durable
         self.lac.advance(req.ledger_id, req.lac)
 
     # ------------------------------------------------------------------ reads

@@ -1,53 +1,47 @@
 """The bookie's add connection answers from the journal thread: straight to the socket while it
-takes them, through the event loop (after what waits there) once it is full. Real sockets and a
-real loop; no processor is needed to send answers."""
+takes them, through a writer thread (after what waits there) once it is full. Real sockets; no
+processor is needed to send answers."""
 
 from __future__ import annotations
 
-import asyncio
 import socket
 import threading
+import time
 
 import pytest
 
 from ledger_client.protocol import bookkeeper_pb2 as pb
 from ledger_client.protocol.add_framing import read_frames
-from spark_bookie.add_listener import AddConnection
+from spark_bookie.add_connection import AddConnection
 
 pytestmark = pytest.mark.unit
 
 
-async def _buffered(conn: AddConnection) -> int:
-    transport = conn._transport
-    return transport.get_write_buffer_size() if transport is not None else -1
-
-
-def test_answers_from_another_thread_arrive_whole_and_in_order_when_the_socket_fills() -> None:
-    loop = asyncio.new_event_loop()
-    runner = threading.Thread(target=loop.run_forever, daemon=True)
-    runner.start()
+def _pair() -> tuple[socket.socket, socket.socket, AddConnection]:
     server, client = socket.socketpair()
     server.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
     client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-    conn = AddConnection(None, "bookie", 1 << 20, 1 << 20, set())  # type: ignore[arg-type]
+    return server, client, AddConnection(server, "peer", None, 1 << 20, 1 << 20)  # type: ignore[arg-type]
+
+
+def _answer(conn: AddConnection, first: int, end: int) -> None:
+    for i in range(first, end):
+        conn._reply([i], [], counted=False)
+        conn._send_answers()
+
+
+def test_answers_from_another_thread_arrive_whole_and_in_order_when_the_socket_fills() -> None:
+    _, client, conn = _pair()
     try:
-        asyncio.run_coroutine_threadsafe(loop.connect_accepted_socket(lambda: conn, server), loop).result(5)
         answers = 40_000  # one frame each: the first half alone is far more than both socket buffers hold
-
-        def journal(first: int, end: int) -> None:
-            for i in range(first, end):
-                conn._reply([i], [], counted=False)
-                conn._send_answers()
-
         half = answers // 2
-        sender = threading.Thread(target=journal, args=(0, half))
+        sender = threading.Thread(target=_answer, args=(conn, 0, half))
         sender.start()
         sender.join(10)
         assert not sender.is_alive(), "answering blocked on a client that does not read"
-        waiting = asyncio.run_coroutine_threadsafe(_buffered(conn), loop).result(5)
-        assert waiting > 0, "the socket never filled: the test did not reach the loop's path"
+        assert conn._writer is not None, "the socket never filled: the test did not reach the writer's path"
         # the rest is answered while the client drains: no answer may overtake those waiting
-        sender = threading.Thread(target=journal, args=(half, answers))
+        sender = threading.Thread(target=_answer, args=(conn, half, answers))
         sender.start()
         got: list[int] = []
         client.settimeout(10)
@@ -57,8 +51,27 @@ def test_answers_from_another_thread_arrive_whole_and_in_order_when_the_socket_f
                 break
         sender.join(10)
         assert got == list(range(answers))
+        deadline = time.monotonic() + 5
+        while conn._writer is not None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert conn._writer is None, "the writer thread outlived what it had to send"
     finally:
         client.close()
-        loop.call_soon_threadsafe(loop.stop)
-        runner.join(5)
-        loop.close()
+        conn.close()
+
+
+def test_a_connection_whose_client_takes_no_answers_stops_reading_and_closes_promptly() -> None:
+    """Back-pressure on that client alone: with more than PENDING_BYTES_MAX of answers untaken the
+    serving thread reads no more requests; close() still ends it (and its writer) at once."""
+    _, client, conn = _pair()
+    _answer(conn, 0, 200_000)  # ~2 MB of frames: over PENDING_BYTES_MAX once the socket is full
+    serving = threading.Thread(target=conn.serve, args=(bytearray(),))
+    serving.start()
+    client.sendall(b"\xff" * 4)  # a length over the limit: a reading thread would drop the connection
+    time.sleep(0.5)
+    assert serving.is_alive(), "the connection read a request while its client took no answers"
+    t0 = time.monotonic()
+    conn.close()
+    serving.join(10)
+    assert not serving.is_alive() and time.monotonic() - t0 < 2, "close() waited on a client that does not read"
+    client.close()
