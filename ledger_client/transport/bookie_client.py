@@ -202,6 +202,10 @@ class AddStream:
                 self._room.wait(1.0)
             return max(1, min(self._batch_entries_max, self._in_flight_max - self._sent))
 
+    def _held(self) -> bool:
+        """An add queued now would wait (what _wait_for_room waits for); read without the lock, as a hint."""
+        return self._sent >= self._in_flight_max or self._window_full()
+
     def _window_full(self) -> bool:
         """messages_in_flight_max messages are unanswered and the newest of them was small (fewer
         than window_bypass_adds adds): the writer is not busy, so gathering costs at most one

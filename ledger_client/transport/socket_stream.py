@@ -97,19 +97,24 @@ class SocketAddStream(AddStream):
             self._q.put(item)
 
     def _sent_now(self, item: tuple[int, int, bytes, bytes, int, int]) -> bool:
-        """Write the add from this thread if the connection is idle (nothing unanswered, nothing
-        queued): then the window would let it go at once anyway, and one small frame into an
-        empty socket buffer cannot block. A failure here only shuts the socket down: the reader
-        fails the pending adds from its own thread, never inside the caller's locks."""
+        """Write the add from this thread if nothing is queued and the window lets it go now (it
+        would go at once anyway). Only what the socket buffer does not take blocks this thread, as
+        it would the sender. A failure here only shuts the socket down: the reader fails the
+        pending adds from its own thread, never inside the caller's locks."""
         sock = self._sock
-        if sock is None or not self._q.empty() or self._msgs or not self._send_lock.acquire(blocking=False):
+        if sock is None or not self._q.empty() or self._held() or not self._send_lock.acquire(blocking=False):
             return False
         try:
-            if self._msgs or not self._q.empty() or self.broken is not None:
+            if self._held() or not self._q.empty() or self.broken is not None:
                 return False
             data = add_batch_frame(self._columns([item]))
             try:
-                sock.sendall(data)
+                try:
+                    sent = sock.send(data, socket.MSG_DONTWAIT)
+                except BlockingIOError:
+                    sent = 0
+                if sent < len(data):
+                    sock.sendall(data[sent:])
             except OSError:
                 self._shutdown()
             return True
