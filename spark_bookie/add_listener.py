@@ -45,6 +45,7 @@ log = logging.getLogger(__name__)
 HELLO_ID_BYTES_MAX = 1024
 HELLO_TIMEOUT_S = 10.0  # a connection that has not said hello by then is closed
 CONNECTIONS_MAX = 1024  # open add and read connections per bookie; more are closed at once (logged)
+CLOSE_WAIT_S = 5.0  # how long close() waits for the connections' threads to end
 ACCEPT_RETRY_S = 0.1  # after a failed accept (out of file descriptors, say), before the next
 READS_PER_CONNECTION_MAX = 64  # reads served at once per read connection; then its requests wait in the socket
 
@@ -160,6 +161,7 @@ class AddListener:
         self._loop = loop
         self._lock = threading.Lock()
         self._live: set[AddConnection | ReadConnection | socket.socket] = set()  # sockets: saying hello
+        self._threads: set[threading.Thread] = set()  # one per connection until it is served or handed on
         self._closing = False
         self._stopped = False  # stop_accepting was called
         self.port: int = sock.getsockname()[1]
@@ -185,12 +187,22 @@ class AddListener:
                             "or the bookie is stopping", addr, CONNECTIONS_MAX)
                 conn.close()
                 continue
-            threading.Thread(target=self._serve, args=(conn, str(addr)), name=f"add-conn-{addr[1]}",
-                             daemon=True).start()
+            thread = threading.Thread(target=self._serve, args=(conn, str(addr)), name=f"add-conn-{addr[1]}",
+                                      daemon=True)
+            with self._lock:
+                self._threads.add(thread)
+            thread.start()
         self._sock.close()
 
     def _serve(self, conn: socket.socket, peer: str) -> None:
         """Hello, then serve adds on this thread or hand a read connection to the loop."""
+        try:
+            self._serve_one(conn, peer)
+        finally:
+            with self._lock:
+                self._threads.discard(threading.current_thread())
+
+    def _serve_one(self, conn: socket.socket, peer: str) -> None:
         try:
             conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             conn.settimeout(HELLO_TIMEOUT_S)
@@ -245,20 +257,29 @@ class AddListener:
         except OSError:
             pass
 
-    def close(self) -> None:
+    def close(self, wait_s: float = CLOSE_WAIT_S) -> None:
         """Stop accepting and close every connection, so clients see the end at once instead of
-        waiting out their add timeout on a socket nobody serves."""
+        waiting out their add timeout on a socket nobody serves; then wait (up to `wait_s`) for
+        the connections' threads, so that no add is applied after the bookie stopped serving."""
         self.stop_accepting()
         with self._lock:
             self._closing = True
             live = list(self._live)
+            threads = list(self._threads)
         for c in live:
             if isinstance(c, socket.socket):
                 _shutdown(c)
             elif isinstance(c, ReadConnection):
-                self._loop.call_soon_threadsafe(c.close)
+                try:
+                    self._loop.call_soon_threadsafe(c.close)
+                except RuntimeError:  # the loop is closed, and with it the connection
+                    pass
             else:
                 c.close()
+        deadline = time.monotonic() + wait_s
+        for t in threads:
+            if t is not threading.current_thread():
+                t.join(max(0.0, deadline - time.monotonic()))
 
 
 class HelloError(Exception):

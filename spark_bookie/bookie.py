@@ -329,15 +329,15 @@ class Bookie:
             return
         add_server = self._add_server
         if add_server is not None:  # no new add connections; open ones close after the grace
-            loop.call_soon_threadsafe(add_server.stop_accepting)
+            add_server.stop_accepting()
         if server is not None:
             fut = asyncio.run_coroutine_threadsafe(server.stop(grace_s), loop)
             try:
                 fut.result(timeout=grace_s + 5)
             except Exception:
                 log.exception("server stop failed")
-        if add_server is not None:
-            loop.call_soon_threadsafe(add_server.close)
+        if add_server is not None:  # before the loop stops: it serves the read connections
+            add_server.close()
         loop.call_soon_threadsafe(loop.stop)
         if self._loop_thread is not None:
             self._loop_thread.join(timeout=10)
