@@ -22,7 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .bench_host import cpu_times, round_trips, steal_share
+from .bench_host import cpu_times, fdatasyncs, round_trips, steal_share
 
 GOAL_ENTRIES_PER_S = 20_000
 GOAL_PEER_RATIO = 2.0
@@ -183,6 +183,8 @@ def bench_append(args: argparse.Namespace) -> int:
             _throughput(client, (3, 3, 2), min(entries, 5_000), args.entry_bytes, pids)  # warm-up
             trips = round_trips(1000.0, 1.0 if args.quick else 3.0)
             res["host_round_trip"] = {"p50_ms": _pct(trips, 50), "p99_ms": _pct(trips, 99)}
+            syncs = fdatasyncs(root, 1000.0, 1.0 if args.quick else 3.0, args.entry_bytes)
+            res["host_fdatasync"] = {"p50_ms": _pct(syncs, 50), "p99_ms": _pct(syncs, 99)}
             # Latency at 1,000/s first: right after a saturated run the bookies are still writing
             # its entries from their write caches to the entry logs (checkpoint fsyncs on the same
             # disk as the journal), which measures the burst's aftermath, not a 1,000/s workload.
@@ -224,8 +226,11 @@ def _report(res: dict[str, Any]) -> None:
     h = res["host_round_trip"]
     steals = ", ".join(f"{res[k]['host_steal_share']:.0%}" for k in
                        ("E3Qw3Qa2_at_1000", "E3Qw2Qa2_at_1000", "E3Qw3Qa2_at_1000_grpc"))
+    d = res["host_fdatasync"]
     print(f"host: one byte to another process and back at 1,000/s: p50 {h['p50_ms']:.2f} ms  p99 "
           f"{h['p99_ms']:.2f} ms; hypervisor steal during the three 1,000/s runs: {steals} of CPU time")
+    print(f"disk: {res['entry_bytes']:,} bytes written and fdatasynced at 1,000/s, one process alone: "
+          f"p50 {d['p50_ms']:.2f} ms  p99 {d['p99_ms']:.2f} ms")
     if peer_rate:
         print(f"peer: Redis appendfsync=always, XADD, {peer['clients']} clients: {peer_rate:,.0f} entries/s "
               "(one copy)")
@@ -239,5 +244,9 @@ def _report(res: dict[str, Any]) -> None:
     if peer_rate:
         goals[f">= {GOAL_PEER_RATIO}x the peer"] = best >= GOAL_PEER_RATIO * peer_rate
     res["goals"] = goals
+    floors = [f"{what} p99 was {res[key]['p99_ms']:.2f} ms" for what, key in
+              (("the disk's fdatasync", "host_fdatasync"), ("a bare round trip", "host_round_trip"))
+              if res[key]["p99_ms"] >= GOAL_P99_MS_AT_1K / 2]
     for goal, ok in goals.items():
-        print(f"goal {goal}: {'PASS' if ok else 'FAIL'}")
+        why = f" (host floor in this run: {'; '.join(floors)})" if goal.startswith("p99") and not ok and floors else ""
+        print(f"goal {goal}: {'PASS' if ok else 'FAIL'}{why}")

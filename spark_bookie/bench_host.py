@@ -10,10 +10,12 @@ a reader tell a slower build from a busier host.
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 _ECHO = "import socket,sys\ns=socket.socket(fileno=int(sys.argv[1]))\nwhile (d:=s.recv(64)):\n    s.sendall(d)\n"
@@ -32,27 +34,56 @@ def steal_share(before: list[int], after: list[int]) -> float:
     return delta[7] / total if len(delta) > 7 and total > 0 else 0.0
 
 
+def _paced(rate: float, seconds: float, op: Callable[[int], None]) -> list[float]:
+    """`op(i)` `rate` times a second (open loop, like the append latency run); its durations in seconds."""
+    times: list[float] = []
+    t0 = time.perf_counter()
+    for i in range(max(1, int(rate * seconds))):
+        delay = t0 + i / rate - time.perf_counter()
+        if delay > 0:
+            time.sleep(delay)
+        start = time.perf_counter()
+        op(i)
+        times.append(time.perf_counter() - start)
+    return times
+
+
 def round_trips(rate: float = 1000.0, seconds: float = 3.0) -> list[float]:
-    """One byte to another process and back, `rate` times a second (open loop, like the append
-    latency run): the round-trip times in seconds, the floor under any request/answer latency."""
+    """One byte to another process and back, `rate` times a second: the round-trip times, the
+    floor under any request/answer latency."""
     mine, theirs = socket.socketpair()
     echo = subprocess.Popen([sys.executable, "-c", _ECHO, str(theirs.fileno())], pass_fds=[theirs.fileno()])
     theirs.close()
-    times: list[float] = []
+
+    def trip(_: int) -> None:
+        mine.sendall(b"x")
+        mine.recv(64)
+
     try:
         mine.settimeout(10)
-        mine.sendall(b"x")  # the echo process has started once this comes back
-        mine.recv(64)
-        t0 = time.perf_counter()
-        for i in range(max(1, int(rate * seconds))):
-            delay = t0 + i / rate - time.perf_counter()
-            if delay > 0:
-                time.sleep(delay)
-            start = time.perf_counter()
-            mine.sendall(b"x")
-            mine.recv(64)
-            times.append(time.perf_counter() - start)
+        trip(0)  # the echo process has started once this comes back
+        return _paced(rate, seconds, trip)
     finally:
         mine.close()
         echo.wait(timeout=10)
-    return times
+
+
+def fdatasyncs(directory: Path, rate: float = 1000.0, seconds: float = 3.0, record_bytes: int = 1024) -> list[float]:
+    """A `record_bytes` write and an fdatasync into a preallocated file in `directory`, `rate`
+    times a second: the disk's floor under a durable add (a bookie's journal does at least this
+    per group, and E3/Qw3/Qa2 waits for the second of three bookies doing it on this disk)."""
+    path = directory / "fdatasync-probe"
+    fd = os.open(path, os.O_CREAT | os.O_RDWR | os.O_TRUNC, 0o644)
+    data = os.urandom(record_bytes)
+
+    def write(i: int) -> None:
+        os.pwrite(fd, data, i * record_bytes)
+        os.fdatasync(fd)
+
+    try:
+        os.posix_fallocate(fd, 0, max(1, int(rate * seconds)) * record_bytes)
+        os.fsync(fd)
+        return _paced(rate, seconds, write)
+    finally:
+        os.close(fd)
+        path.unlink(missing_ok=True)

@@ -25,6 +25,8 @@ def test_bench_quick_runs_and_writes_json(tmp_path, which):
         assert data["E3Qw3Qa2"]["entries_per_s"] > 0 and "p99_ms" in data["E3Qw3Qa2_at_1000"]
         trip = data["host_round_trip"]  # the host's floor, measured in the same run
         assert 0 < trip["p50_ms"] <= trip["p99_ms"] and "host: one byte to another process" in r.stdout
+        sync = data["host_fdatasync"]  # the disk's floor, likewise
+        assert 0 < sync["p50_ms"] <= sync["p99_ms"] and "fdatasynced at 1,000/s" in r.stdout
         assert 0 <= data["E3Qw3Qa2_at_1000"]["host_steal_share"] < 1
     assert not list(tmp_path.glob("bench-*/cluster"))  # temporary clusters are removed
 
