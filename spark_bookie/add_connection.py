@@ -10,7 +10,8 @@ thread (RequestProcessor.process_adds with a flush): one frame per connection pe
 Answers are written straight to the socket without blocking (MSG_DONTWAIT). What the socket does
 not take (a client that does not read its answers) waits in `_pending`, and a writer thread, started
 for that case only, sends it in order; meanwhile later answers queue behind it. While more than
-PENDING_BYTES_MAX wait, this connection reads no more requests: back-pressure on that client alone.
+PENDING_BYTES_MAX wait, this connection reads no more requests: back-pressure on that client alone
+(the in-flight bound, answered ETOOMANYREQUESTS, caps what it can have outstanding anyway).
 """
 
 from __future__ import annotations
@@ -28,7 +29,9 @@ from .processor import RequestProcessor, add_groups, batch_size, group_failures
 
 log = logging.getLogger(__name__)
 RECV_BYTES = 1 << 16
-PENDING_BYTES_MAX = 1 << 20  # answers the client has not taken; above it the connection stops reading
+# Answers the client has not taken, besides the chunk the writer thread is sending; above it the
+# connection reads no more requests.
+PENDING_BYTES_MAX = 1 << 20
 CLOSE_WAIT_S = 5.0  # how long closing waits for a writer thread stuck on a client that does not read
 
 
