@@ -172,13 +172,14 @@ class RequestProcessor:
         """Apply a batch; `reply(ok_request_ids, failures)` runs once all accepted adds are durable.
 
         Callable from any thread. Without `flush`, `reply` runs on the event loop. With it,
-        `reply` may run on the journal
-        thread (so it must be thread-safe) and only collects answers: `flush` sends them, once per
-        journal group however many of the caller's batches the group held. That spares each
-        durable add a wake-up of the event loop (its self-pipe, a loop turn and a second one for
-        the write): about a quarter of a bookie's CPU per add at 1,000 adds/s. With it, too, the
-        caller's thread writes and syncs a small group itself when the journal is idle
-        (Journal.commit_here), so `reply` and `flush` may run before this returns.
+        `reply` may run on the journal thread (so it must be thread-safe) and only collects
+        answers: `flush` sends them, once per journal group however many of the caller's batches
+        the group held. That spares each durable add a wake-up of the event loop (its self-pipe,
+        a loop turn and a second one for the write): about a quarter of a bookie's CPU per add at
+        1,000 adds/s. With it, too, the caller's thread writes and syncs a small group itself
+        when the journal is idle (Journal.commit_here), so `reply` and `flush` may run before
+        this returns. An error while applying (a failed inline storage flush) propagates as
+        before: the caller answers the whole batch EIO.
         """
         groups = add_groups(batch)
         if self._read_only():
@@ -207,20 +208,22 @@ class RequestProcessor:
         def on_loop(exc: BaseException | None) -> None:
             self._loop.call_soon_threadsafe(finish, exc)
 
-        try:
-            with self._apply_lock:
-                for g in groups:
-                    lac = self._accept_group(g, records, ok_ids, failures)
-                    if lac > lacs.get(g.ledger_id, -2):
-                        lacs[g.ledger_id] = lac
-                if records:  # with a flush the caller is a connection's thread: it may commit itself
+        refused: StorageIOError | None = None
+        with self._apply_lock:
+            for g in groups:
+                lac = self._accept_group(g, records, ok_ids, failures)
+                if lac > lacs.get(g.ledger_id, -2):
+                    lacs[g.ledger_id] = lac
+            if records:  # with a flush the caller is a connection's thread: it may commit itself
+                try:
                     self._journal.submit(records, finish if flush is not None else on_loop, wake=flush is None)
-        except StorageIOError as e:
-            finish(e)
+                except StorageIOError as e:
+                    refused = e
+        if refused is not None:
+            finish(refused)
             if flush is not None:
                 flush()
-            return
-        if not records:
+        elif not records:
             _answer_now(reply, flush, [], failures)
         elif flush is not None:
             self._journal.commit_here()  # outside _apply_lock: others' adds queue meanwhile
