@@ -25,6 +25,7 @@ or another bookie's id closes that connection (logged); the bookie goes on.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
 import socket
 import threading
@@ -231,8 +232,15 @@ class AddListener:
                 self._loop.call_soon(protocol.close)
             return protocol
 
+        def failed(fut: concurrent.futures.Future[tuple[asyncio.Transport, ReadConnection]]) -> None:
+            if not fut.cancelled() and fut.exception() is not None:
+                log.warning("read connection from %s not served: %s", peer, fut.exception())
+                self._forget(conn)
+                conn.close()
+
         try:
-            asyncio.run_coroutine_threadsafe(self._loop.connect_accepted_socket(made, conn), self._loop)
+            asyncio.run_coroutine_threadsafe(self._loop.connect_accepted_socket(made, conn),
+                                             self._loop).add_done_callback(failed)
         except RuntimeError:  # the loop is closed: the bookie is gone
             self._forget(conn)
             conn.close()
