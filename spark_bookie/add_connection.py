@@ -24,6 +24,7 @@ from google.protobuf.message import DecodeError
 
 from ledger_client.protocol import bookkeeper_pb2 as pb
 from ledger_client.protocol.add_framing import FrameError, frame, next_frame
+from ledger_client.transport.sockets import shutdown
 
 from .processor import RequestProcessor, add_groups, batch_size, group_failures
 
@@ -58,9 +59,10 @@ class AddConnection:
 
     # ------------------------------------------------------------------ the connection's thread
 
-    def serve(self, buf: bytearray) -> None:
+    def serve(self) -> None:
         """Read and apply batches until the client closes, the connection breaks or close() is
-        called; `buf` holds bytes already read after the hello."""
+        called (the listener read the hello exactly, so nothing of the client's is buffered yet)."""
+        buf = bytearray()
         chunk = bytearray(RECV_BYTES)  # recv_into: recv(n) allocates n bytes per call (an mmap when large)
         view = memoryview(chunk)
         try:
@@ -135,7 +137,7 @@ class AddConnection:
             self._closed = True
             writer = self._writer
             self._drained.notify_all()
-        _shutdown(self._sock)  # wakes a writer thread blocked in sendall
+        shutdown(self._sock)  # wakes a writer thread blocked in sendall
         if writer is not None:
             writer.join(CLOSE_WAIT_S)
         with self._out_lock:
@@ -166,7 +168,7 @@ class AddConnection:
                 except BlockingIOError:
                     sent = 0
                 except OSError:  # broken: the connection's thread meets it too and ends
-                    _shutdown(self._sock)
+                    shutdown(self._sock)
                     return
                 if sent == len(data):
                     return
@@ -188,7 +190,7 @@ class AddConnection:
             try:
                 self._sock.sendall(data)
             except OSError:
-                _shutdown(self._sock)
+                shutdown(self._sock)
                 with self._out_lock:
                     self._writer = None
                     self._pending.clear()
@@ -202,11 +204,4 @@ class AddConnection:
         with self._out_lock:
             self._closed = True
             self._drained.notify_all()
-        _shutdown(self._sock)
-
-
-def _shutdown(sock: socket.socket) -> None:
-    try:
-        sock.shutdown(socket.SHUT_RDWR)
-    except OSError:
-        pass
+        shutdown(self._sock)

@@ -37,6 +37,7 @@ from google.protobuf.message import DecodeError
 
 from ledger_client.protocol import bookkeeper_pb2 as pb
 from ledger_client.protocol.add_framing import ADD_HELLO, LENGTH, READ_HELLO, FrameError, next_frame
+from ledger_client.transport.sockets import shutdown
 
 from .add_connection import AddConnection
 from .processor import RequestProcessor
@@ -221,7 +222,7 @@ class AddListener:
         if not self._swap(conn, handler):
             handler.close()
         try:
-            handler.serve(bytearray())
+            handler.serve()
         finally:
             self._forget(handler)
 
@@ -276,7 +277,7 @@ class AddListener:
             threads = list(self._threads)
         for c in live:
             if isinstance(c, socket.socket):
-                _shutdown(c)
+                shutdown(c)
             elif isinstance(c, ReadConnection):
                 try:
                     self._loop.call_soon_threadsafe(c.close)
@@ -317,13 +318,6 @@ def _recv_exact(conn: socket.socket, n: int) -> bytes:
             raise HelloError(f"closed during the hello ({len(out)} of {n} bytes)")
         out += data
     return bytes(out)
-
-
-def _shutdown(sock: socket.socket) -> None:
-    try:
-        sock.shutdown(socket.SHUT_RDWR)
-    except OSError:
-        pass
 
 
 async def start_add_listener(processor: RequestProcessor, bookie_id: str, host: str, port: int,

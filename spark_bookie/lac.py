@@ -5,8 +5,9 @@ writes; it never goes backwards. Long-poll readers (BookKeeper's readLacAndEntry
 LAC) park here until the LAC passes what they have already seen.
 
 Waiters live on the server's event loop, but adds that arrive on the TCP add port advance the LAC
-from the journal thread (they are answered there, without a hop through the loop), so the table
-is under a lock and a waiter is woken through `call_soon_threadsafe`.
+from whichever thread made them durable (the journal's, or the connection's own when it committed
+the group itself; they are answered there, without a hop through the loop), so the table is under
+a lock and a waiter is woken through `call_soon_threadsafe`.
 """
 
 from __future__ import annotations

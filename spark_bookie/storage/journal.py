@@ -199,8 +199,9 @@ def _write_all(fd: int, data: bytes | memoryview) -> None:
         view = view[n:]
 
 
-# Called on the journal thread with None (durable) or the error; may return a function to run
-# after all of its group's callbacks (see Journal.submit).
+# Called, on the thread that wrote the group (the journal's, or a submitter's in commit_here), with
+# None (durable) or the error; may return a function to run after all of its group's callbacks
+# (see Journal.submit).
 JournalCallback = Callable[[BaseException | None], Callable[[], None] | None]
 
 

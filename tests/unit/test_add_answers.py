@@ -72,7 +72,7 @@ def test_a_connection_whose_client_takes_no_answers_stops_reading_and_closes_pro
     serving thread reads no more requests; close() still ends it (and its writer) at once."""
     _, client, conn = _pair()
     _answer(conn, 0, 200_000)  # ~2 MB of frames: over PENDING_BYTES_MAX once the socket is full
-    serving = threading.Thread(target=conn.serve, args=(bytearray(),))
+    serving = threading.Thread(target=conn.serve)
     serving.start()
     client.sendall(b"\xff" * 4)  # a length over the limit: a reading thread would drop the connection
     time.sleep(0.5)
@@ -103,7 +103,7 @@ def test_every_add_of_a_batch_is_answered_when_applying_it_fails_midway(tmp_path
     monkeypatch.setattr(storage, "add_entries", failing)
     server, client = socket.socketpair()
     conn = AddConnection(server, "peer", processor, 1000, 1 << 20)
-    serving = threading.Thread(target=conn.serve, args=(bytearray(),))
+    serving = threading.Thread(target=conn.serve)
     serving.start()
     try:
         batch = pb.AddBatch(ledger_adds=[
