@@ -9,6 +9,7 @@ from metadata import MetadataError, MetadataStore
 
 from .placement import BookieNode
 from .transport import BookieClient, StreamLimits
+from .transport.add_readers import AddReaders
 
 
 class BookieRegistry:
@@ -69,6 +70,7 @@ class BookiePool:
         self._read_transport = read_transport
         self._clients: dict[str, BookieClient] = {}
         self._lock = threading.Lock()
+        self._readers = AddReaders()
 
     def get(self, bookie_id: str) -> BookieClient:
         c = self._clients.get(bookie_id)
@@ -78,7 +80,7 @@ class BookiePool:
             c = self._clients.get(bookie_id)
             if c is None:
                 c = BookieClient(bookie_id, timeout_ms=self._timeout_ms, limits=self._limits,
-                                 read_transport=self._read_transport)
+                                 read_transport=self._read_transport, add_readers=self._readers)
                 self._clients[bookie_id] = c
             return c
 
@@ -87,3 +89,4 @@ class BookiePool:
             clients, self._clients = list(self._clients.values()), {}
         for c in clients:
             c.close()
+        self._readers.close()

@@ -25,6 +25,7 @@ from .. import errors
 from ..protocol import bookkeeper_pb2 as pb
 from ..protocol import bookkeeper_pb2_grpc as pb_grpc
 from ..protocol.add_framing import AddColumns
+from .add_readers import DEFAULT_READERS, AddReaders
 from .socket_reads import SocketReads
 
 TRANSPORT_FAILURE = -1  # the status reported for adds whose stream to the bookie broke
@@ -305,9 +306,12 @@ class BookieClient:
 
     def __init__(self, address: str, *, timeout_ms: int = 10_000, batch_entries_max: int = 512,
                  batch_bytes_max: int = 4 << 20, message_bytes_max: int = 64 << 20,
-                 limits: StreamLimits | None = None, read_transport: str = "tcp") -> None:
-        """read_transport: "tcp" (range and listed reads on the bookie's TCP port) or "grpc"."""
+                 limits: StreamLimits | None = None, read_transport: str = "tcp",
+                 add_readers: AddReaders = DEFAULT_READERS) -> None:
+        """read_transport: "tcp" (range and listed reads on the bookie's TCP port) or "grpc";
+        add_readers: the thread reading answers on add connections (the pool's: one per client)."""
         self.address = address
+        self._add_readers = add_readers
         self._timeout_s = timeout_ms / 1000.0
         self._channel = grpc.insecure_channel(address, options=[
             ("grpc.max_receive_message_length", message_bytes_max),
@@ -380,7 +384,7 @@ class BookieClient:
         known = (self.address.rsplit(":", 1)[0], port) if port else None
         try:
             return SocketAddStream(self._limits, self.address, self._add_endpoint, self._forget_port,
-                                   self._timeout_s, self._message_bytes_max, known)
+                                   self._timeout_s, self._message_bytes_max, known, self._add_readers)
         except OSError as e:
             self._forget_port()
             raise errors.BookieUnavailableError(f"{self.address}: {e}") from e

@@ -2,15 +2,15 @@
 ledger_client.protocol.add_framing): the same batches and answers as the gRPC AddStream at a
 fraction of the CPU per message, which is what decides latency when appends arrive one by one.
 
-Two threads per connection: the sender resolves the bookie's add port, connects, then writes
-what `_batches()` yields (it batches whatever queued meanwhile); the reader parses answers. An
-add that finds nothing unanswered and nothing queued is written by the appending thread itself:
-at 1,000 appends/s that was about half of them, and waking the sender for each cost ~70 us of
-CPU per bookie per add (and the wake-up's latency). The connection is made on the sender
-thread so that an append never blocks on a connect; a failure
-to resolve or connect, a reset, or a frame that does not parse fails every pending add with
-BookieUnavailableError (asynchronously, as a broken gRPC stream does), and the next add to the
-bookie opens a new connection.
+A sender thread per connection resolves the bookie's add port, connects, then writes what
+`_batches()` yields (it batches whatever queued meanwhile); the answers are read by the client's
+one reading thread (add_readers), shared by all its connections. An add that finds nothing
+unanswered and nothing queued is written by the appending thread itself: at 1,000 appends/s that
+was about half of them, and waking the sender for each cost ~70 us of CPU per bookie per add (and
+the wake-up's latency). The connection is made on the sender thread so that an append never
+blocks on a connect; a failure to resolve or connect, a reset, or a frame that does not parse
+fails every pending add with BookieUnavailableError (asynchronously, as a broken gRPC stream
+does), and the next add to the bookie opens a new connection.
 
 One exception, for the failure a writer most needs to know at once: when the add port is already
 known and numeric, the appending thread starts the connect itself without blocking, and a refusal
@@ -27,10 +27,9 @@ import socket
 import threading
 from collections.abc import Callable
 
-from google.protobuf.message import DecodeError
-
 from ..protocol import bookkeeper_pb2 as pb
-from ..protocol.add_framing import ADD_HELLO, FrameError, add_batch_frame, read_frames
+from ..protocol.add_framing import ADD_HELLO, add_batch_frame
+from .add_readers import DEFAULT_READERS, AddReaders
 from .bookie_client import AddStream, StreamLimits
 from .sockets import greet, shutdown
 
@@ -43,14 +42,16 @@ class SocketAddStream(AddStream):
 
     def __init__(self, limits: StreamLimits, address: str, resolve: Callable[[], tuple[str, int]],
                  forget: Callable[[], None], connect_timeout_s: float, message_bytes_max: int,
-                 known: tuple[str, int] | None = None) -> None:
+                 known: tuple[str, int] | None = None, readers: AddReaders = DEFAULT_READERS) -> None:
         super().__init__(limits, address)
+        self._readers = readers
         self._resolve = resolve
         self._forget = forget
         self._connect_timeout_s = connect_timeout_s
         self._bytes_max = message_bytes_max
         self._early = _start_connect(*known) if known else None  # raises OSError
         self._sock: socket.socket | None = None
+        self._answered_any = False
         self._send_lock = threading.Lock()  # one writer of frames at a time
         self._closed = threading.Event()
         self._sender = threading.Thread(target=self._send_all, name=f"add-send-{address}", daemon=True)
@@ -79,8 +80,12 @@ class SocketAddStream(AddStream):
         if self._closed.is_set():  # closed while connecting
             sock.close()
             return
-        reader = threading.Thread(target=self._read, args=(sock,), name=f"add-read-{self._address}", daemon=True)
-        reader.start()
+        try:
+            read_done = self._readers.register(sock, self._on_frame, self._on_end, self._bytes_max)
+        except OSError as e:  # the client is closing
+            sock.close()
+            self._fail(f"add connection to {self._address}: {e}")
+            return
         try:
             for items in self._batches():
                 data = add_batch_frame(self._columns(items))
@@ -89,8 +94,8 @@ class SocketAddStream(AddStream):
         except OSError as e:
             self._fail(f"add connection to {self._address} broke while sending: {e}")
         self._shutdown()
-        reader.join()
-        sock.close()  # here, once neither thread can be inside a call on it
+        read_done.wait()
+        sock.close()  # here, once the reading thread is done with it
 
     def dispatch(self, item: tuple[int, int, bytes, bytes, int, int]) -> None:
         if not self._sent_now(item):
@@ -121,18 +126,17 @@ class SocketAddStream(AddStream):
         finally:
             self._send_lock.release()
 
-    def _read(self, sock: socket.socket) -> None:
-        answered = False
-        try:
-            for body in read_frames(sock, self._bytes_max):
-                self._on_response(pb.AddBatchResponse.FromString(body))
-                answered = True
-            detail = f"bookie {self._address} closed the add connection"
-        except (OSError, FrameError, DecodeError) as e:
-            detail = f"add connection to {self._address} failed: {type(e).__name__}: {e}"
-        if not answered:
+    def _on_frame(self, body: bytes) -> None:
+        """On the reading thread (add_readers): one answer message."""
+        self._on_response(pb.AddBatchResponse.FromString(body))
+        self._answered_any = True
+
+    def _on_end(self, detail: str | None) -> None:
+        """On the reading thread: the connection ended (detail None: the bookie closed it)."""
+        if not self._answered_any:
             self._forget()
-        self._fail(detail)
+        self._fail(detail and f"add connection to {self._address} failed: {detail}"
+                   or f"bookie {self._address} closed the add connection")
         self._shutdown()
 
     def _fail(self, detail: str) -> None:
