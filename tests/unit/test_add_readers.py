@@ -64,14 +64,14 @@ def test_frames_arrive_whole_and_in_order_however_the_bytes_are_cut(readers: Add
         sent[k] = bodies
         streams.append(b"".join(frame(b) for b in bodies))
     pos = [0] * len(conns)
-    while any(p < len(s) for p, s in zip(pos, streams)):  # interleaved pieces of 1 byte to 100 KB
+    while any(p < len(s) for p, s in zip(pos, streams, strict=True)):  # interleaved pieces of 1 byte to 100 KB
         k = rng.randrange(len(conns))
         n = rng.choice([1, 3, 4, 5, 1000, 100_000])
         conns[k].peer.sendall(streams[k][pos[k]:pos[k] + n])
         pos[k] += n
     for c in conns:
         c.peer.shutdown(socket.SHUT_WR)
-    for c, bodies in zip(conns, sent):
+    for c, bodies in zip(conns, sent, strict=True):
         assert c.ended() is None  # a clean close between frames
         assert c.bodies == bodies
         c.close()
