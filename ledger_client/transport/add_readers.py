@@ -81,19 +81,30 @@ class AddReaders:
         return self._sel
 
     def _run(self, sel: selectors.BaseSelector) -> None:
+        detail = "the client was closed"
+        try:
+            self._serve(sel)
+        except BaseException as e:  # a bug: fail what this thread served; the next register starts anew
+            log.exception("%s failed", self._name)
+            detail = f"{self._name} failed: {type(e).__name__}: {e}"
+        with self._lock:
+            conns = [k.data for k in sel.get_map().values() if k.data is not None]
+            wake = self._wake
+            if self._sel is sel:
+                self._sel, self._wake = None, None
+        for conn in conns:
+            self._end(sel, conn, detail)
+        sel.close()
+        for s in wake or ():
+            s.close()
+
+    def _serve(self, sel: selectors.BaseSelector) -> None:
         chunk = bytearray(RECV_BYTES)
         view = memoryview(chunk)
         while not self._closed:
             for key, _ in sel.select():
                 if key.data is not None:
                     self._read(sel, key.data, chunk, view)
-        with self._lock:
-            conns = [k.data for k in sel.get_map().values() if k.data is not None]
-        for conn in conns:
-            self._end(sel, conn, "the client was closed")
-        sel.close()
-        for s in self._wake or ():
-            s.close()
 
     def _read(self, sel: selectors.BaseSelector, conn: _Conn, chunk: bytearray, view: memoryview) -> None:
         try:

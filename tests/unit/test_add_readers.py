@@ -154,3 +154,22 @@ def test_close_ends_what_is_registered_and_refuses_more() -> None:
         if t.name == "add-readers-closing":
             t.join(WAIT_S)
             assert not t.is_alive()
+
+
+def test_a_failed_reading_thread_ends_its_connections_and_the_next_register_starts_anew(
+        readers: AddReaders, monkeypatch: pytest.MonkeyPatch) -> None:
+    first = Conn(readers)
+
+    def broken_read(*args: object) -> None:
+        raise RuntimeError("a bug in the reading thread")
+    monkeypatch.setattr(readers, "_read", broken_read)
+    first.peer.sendall(frame(b"x"))
+    detail = first.ended()
+    assert detail is not None and "a bug in the reading thread" in detail
+    first.close()
+    monkeypatch.undo()
+    second = Conn(readers)
+    second.peer.sendall(frame(b"read by a new thread"))
+    second.peer.shutdown(socket.SHUT_WR)
+    assert second.ended() is None and second.bodies == [b"read by a new thread"]
+    second.close()
