@@ -6,6 +6,7 @@ import socket
 import struct
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -123,6 +124,29 @@ def test_grpc_add_transport_still_works(cluster_factory):
     with pytest.raises(errors.IncorrectParameterError, match="bookie_add_transport"):
         ClientConfig(bookie_add_transport="udp")
     assert StreamLimits().add_transport == "tcp"
+
+
+def test_one_thread_reads_all_of_a_clients_add_connections_and_ends_with_it(cluster_factory):
+    sb = cluster_factory(3)
+
+    def readers() -> list[str]:
+        return [t.name for t in threading.enumerate() if t.name.startswith("add-read")]
+
+    before = readers()
+    with LedgerClient(sb.connect_string) as client:
+        ledgers = [client.create_ledger(3, 3, 2, DigestType.CRC32C, b"pw") for _ in range(2)]
+        for w in ledgers:
+            for i in range(100):
+                w.append_async(b"entry %d" % i)
+        for w in ledgers:
+            w.close()  # every entry acknowledged: their answers were read
+            assert w.last_add_confirmed == 99
+        assert sorted(set(readers()) - set(before)) == ["add-readers"]  # three bookies, one reader
+        assert readers().count("add-readers") == before.count("add-readers") + 1
+    deadline = time.monotonic() + 10
+    while readers().count("add-readers") > before.count("add-readers") and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert readers().count("add-readers") == before.count("add-readers"), "the reader outlived its client"
 
 
 def test_an_add_port_in_use_refuses_to_start(cluster_factory, tmp_path: Path):
