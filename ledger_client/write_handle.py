@@ -1,9 +1,10 @@
 """The writer of one ledger: pipelined appends, quorum acks, ensemble changes, close.
 
 The protocol decisions live in machines.AddState; this module does the I/O around it. Threads:
-the caller's (append), each bookie connection's reader (acks), and one short-lived thread per
-ensemble change (placement + metadata CAS). Completions leave in entry-id order through a single
-drainer, so user callbacks never run under the handle's lock and never out of order.
+the caller's (append), the one reading the bookies' answers (acks: the client's add reader, or a
+gRPC stream's own), and one short-lived thread per ensemble change (placement + metadata CAS).
+Completions leave in entry-id order through a single drainer, so user callbacks never run under
+the handle's lock and never out of order.
 """
 
 from __future__ import annotations
@@ -148,7 +149,7 @@ class WriteHandle:
                 self._client.run_soon(functools.partial(self._on_failure, s.bookie, e))
 
     def on_add_results(self, bookie: str, ok: list[int], failed: list[tuple[int, int, str]]) -> None:
-        """Transport sink: a batch of results from one bookie (its connection's reader thread)."""
+        """Transport sink: a batch of results from one bookie (on the thread reading its answers)."""
         if ok:
             with self._lock:
                 completions = self._sm.on_acks(bookie, ok)

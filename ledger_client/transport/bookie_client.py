@@ -332,8 +332,8 @@ class BookieClient:
 
     def add_async(self, ledger_id: int, entry_id: int, master_key: bytes, body: bytes,
                   sink: AddSink, *, recovery: bool = False) -> None:
-        """Queue one add; its result reaches `sink.on_add_results` on this connection's reader thread
-        (TRANSPORT_FAILURE when the connection broke). BookieUnavailableError when the bookie
+        """Queue one add; its result reaches `sink.on_add_results` on the thread reading this
+        connection's answers (TRANSPORT_FAILURE when the connection broke). BookieUnavailableError when the bookie
         already has backlog_adds_max adds of ours waiting (see StreamLimits)."""
         send = self.add_deferred(ledger_id, entry_id, master_key, body, sink, recovery=recovery)
         if send is not None:
