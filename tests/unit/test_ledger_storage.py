@@ -443,3 +443,31 @@ def test_flush_accounts_each_ledgers_bytes_per_log_across_shared_blocks(tmp_path
             assert s.get_entry(ledger, 0) == body(ledger, 0, size)
     finally:
         s.close()
+
+
+def test_a_large_flush_gives_way_to_other_threads_and_loses_nothing(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """A flush pauses every BACKGROUND_SLICE_BYTES (while writing the log and building the index)
+    so that a thread waiting for the GIL runs; the entries all come back afterwards."""
+    from spark_bookie.storage import entry_log
+    s = LedgerStorage(tmp_path, write_cache_bytes_max=64 << 20)
+    s.open()
+    try:
+        fill(s, 1, 4000, size=1024)  # ~4 MiB, written to the log and then indexed
+        pauses: list[float] = []
+        real_sleep = time.sleep
+
+        def sleep(seconds: float) -> None:
+            if seconds == entry_log.BACKGROUND_PAUSE_S:
+                pauses.append(seconds)
+            real_sleep(seconds)
+        monkeypatch.setattr(time, "sleep", sleep)
+        s.flush()
+        monkeypatch.undo()
+        # a pause comes at the first block boundary past each slice (blocks of 64 KiB raw here)
+        per_pass = 4000 * (1024 + entry_log.ENTRY_HEADER.size) // (entry_log.BACKGROUND_SLICE_BYTES + (64 << 10)) - 1
+        assert len(pauses) >= 2 * per_pass, f"{len(pauses)} pauses, expected {per_pass} or more per pass"
+        s = reopen(s)
+        assert all(s.get_entry(1, e) == body(1, e, 1024) for e in range(4000))
+    finally:
+        s.close()
