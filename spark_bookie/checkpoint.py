@@ -18,6 +18,7 @@ from pathlib import Path
 import google_crc32c
 
 from .errors import CorruptDataError
+from .storage.files import fsync_dir
 from .storage.journal import Journal, JournalPosition, JournalRecord, RecordType
 from .storage.ledger_storage import LedgerStorage
 
@@ -49,11 +50,7 @@ def write_mark(ledger_dir: str | Path, mark: JournalPosition) -> None:
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, cur / MARK_FILE)
-    fd = os.open(cur, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    fsync_dir(cur)
 
 
 class Checkpointer:

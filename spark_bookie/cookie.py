@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Protocol
 
 from .errors import CookieError
+from .storage.files import fsync_dir
 
 LAYOUT_VERSION = 5
 COOKIE_FILE = "VERSION"
@@ -100,11 +101,7 @@ def _write_local(d: str, cookie: Cookie) -> None:
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, p)
-    fd = os.open(p.parent, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    fsync_dir(p.parent)
 
 
 def normalize_dirs(dirs: Sequence[str]) -> tuple[str, ...]:

@@ -38,6 +38,7 @@ import lz4.block
 
 from ledger_client.protocol.checks import InvariantViolation, invariant
 from spark_bookie.errors import CorruptDataError, StorageIOError
+from spark_bookie.storage.files import fsync_dir
 
 FILE_MAGIC = b"SBKLOG\x00\x01"
 FILE_VERSION = 1
@@ -390,7 +391,7 @@ class EntryLogger:
                 if cur is not None:
                     os.fsync(cur.fd)
                 if dir_dirty:
-                    _fsync_dir(self.directory)
+                    fsync_dir(self.directory)
             except OSError as exc:
                 self._failed = f"fsync of entry logs in {self.directory} failed: {exc}"
                 raise StorageIOError(self._failed) from exc
@@ -529,10 +530,3 @@ def _close_quietly(fd: int) -> None:
     except OSError:
         pass
 
-
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -26,6 +26,7 @@ from rocksdict import Options, Rdict, WriteBatch, WriteOptions
 from ledger_client.protocol.checks import invariant
 from spark_bookie.errors import CorruptDataError, StorageIOError
 from spark_bookie.storage.entry_log import Location
+from spark_bookie.storage.files import fsync_dir
 
 _ENTRY = b"E"
 _LEDGER = b"L"
@@ -260,11 +261,7 @@ class LedgerIndex:
             synced += 1
         if not synced:
             self.db.flush_wal(True)
-        fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        fsync_dir(self.path)
 
     def size_bytes(self) -> int:
         total = 0

@@ -43,6 +43,7 @@ import google_crc32c
 
 from ledger_client.protocol.checks import InvariantViolation, invariant
 from spark_bookie.errors import StorageIOError
+from spark_bookie.storage.files import fsync_dir
 
 log = logging.getLogger(__name__)
 
@@ -183,15 +184,6 @@ def _scan(mm: mmap.mmap, size: int, offset: int, path: Path) -> Iterator[tuple[i
         offset = end
 
 
-def _fsync_dir(d: Path) -> None:
-    """Make a file creation or deletion durable: the directory entry is metadata of the directory."""
-    fd = os.open(d, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _write_all(fd: int, data: bytes | memoryview) -> None:
     view = memoryview(data)
     while view:
@@ -227,7 +219,7 @@ class _JournalFile:
         try:
             self._preallocate(0)
             os.fsync(self.fd)
-            _fsync_dir(journal_dir)
+            fsync_dir(journal_dir)
         except BaseException:
             os.close(self.fd)
             raise
@@ -416,7 +408,7 @@ class Journal:
                 path.unlink()
                 removed.append(path)
             if removed:
-                _fsync_dir(self.journal_dir)
+                fsync_dir(self.journal_dir)
         except OSError as e:
             raise StorageIOError(f"cannot remove old journal files in {self.journal_dir}: {e}") from e
         return removed
