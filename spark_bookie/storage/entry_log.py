@@ -65,9 +65,20 @@ BACKGROUND_SLICE_BYTES = 256 << 10
 BACKGROUND_PAUSE_S = 0.0002
 
 
-def give_way() -> None:
-    """Let a thread waiting for the GIL (an add, a read) run before background work goes on."""
-    time.sleep(BACKGROUND_PAUSE_S)
+class GiveWay:
+    """Counts the bytes a background pass has done and pauses every BACKGROUND_SLICE_BYTES, so a
+    thread waiting for the GIL (an add, a read) runs before the pass goes on."""
+
+    __slots__ = ("_since",)
+
+    def __init__(self) -> None:
+        self._since = 0
+
+    def done(self, nbytes: int) -> None:
+        self._since += nbytes
+        if self._since >= BACKGROUND_SLICE_BYTES:
+            self._since = 0
+            time.sleep(BACKGROUND_PAUSE_S)
 
 
 class Location(NamedTuple):
@@ -285,7 +296,7 @@ class EntryLogger:
         self._check_failed()
         with self._write_lock:
             pending = _Pending()
-            since_pause = 0
+            give_way = GiveWay()
             for parts, count, raw_len in self._blocks(entries):
                 block = encode_block(parts, count, raw_len, self.compress)
                 cur = self._room_for(len(block), pending)
@@ -296,10 +307,7 @@ class EntryLogger:
                 spans.append((cur.log_id, offset, count))
                 if pending.size >= _WRITE_CHUNK:
                     self._write_pending(pending)
-                since_pause += raw_len
-                if since_pause >= BACKGROUND_SLICE_BYTES:
-                    since_pause = 0
-                    give_way()
+                give_way.done(raw_len)
             self._write_pending(pending)
         return spans, written
 

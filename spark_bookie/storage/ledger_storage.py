@@ -33,13 +33,12 @@ from ledger_client.protocol.checks import invariant
 from spark_bookie.errors import NoEntryError, NoLedgerError, StorageIOError
 from spark_bookie.storage.caches import ReadCache, WriteCache
 from spark_bookie.storage.entry_log import (
-    BACKGROUND_SLICE_BYTES,
     DecodedBlock,
     EntryLogger,
+    GiveWay,
     Location,
     LogMissingError,
     entry_record_bytes,
-    give_way,
 )
 from spark_bookie.storage.index import IndexBatch, LedgerIndex, LedgerState
 
@@ -272,17 +271,14 @@ class LedgerStorage:
         batch = IndexBatch()
         added: dict[tuple[int, int], int] = {}
         start = 0
-        since_pause = 0
+        give_way = GiveWay()  # background work: see entry_log.BACKGROUND_SLICE_BYTES
         for log_id, offset, count in spans:
             block = entries[start:start + count]
             start += count
             batch.put_block(log_id, offset, block)
             for lid, n in _record_bytes_by_ledger(block):
                 added[(log_id, lid)] = added.get((log_id, lid), 0) + n
-                since_pause += n
-            if since_pause >= BACKGROUND_SLICE_BYTES:  # see entry_log.BACKGROUND_SLICE_BYTES
-                since_pause = 0
-                give_way()
+                give_way.done(n)
         invariant(start == len(entries), f"entry log placed {start} of {len(entries)} entries")
         for lid, record in dirty.items():
             batch.put_state(lid, record)
