@@ -445,28 +445,46 @@ def test_flush_accounts_each_ledgers_bytes_per_log_across_shared_blocks(tmp_path
         s.close()
 
 
-def test_a_large_flush_gives_way_to_other_threads_and_loses_nothing(tmp_path: Path,
-                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    """A flush pauses every BACKGROUND_SLICE_BYTES (while writing the log and building the index)
-    so that a thread waiting for the GIL runs; the entries all come back afterwards."""
+def test_a_large_flush_gives_way_to_other_threads_and_the_disk_and_loses_nothing(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A flush hands the log its bytes a slice at a time, starts each slice's writeback and
+    pauses after it (so the journals' disk never gets the whole flush queued at once), pauses
+    every BACKGROUND_SLICE_BYTES while building the index (so a thread waiting for the GIL runs),
+    and the entries all come back afterwards."""
     from spark_bookie.storage import entry_log
     s = LedgerStorage(tmp_path, write_cache_bytes_max=64 << 20)
     s.open()
     try:
         fill(s, 1, 4000, size=1024)  # ~4 MiB, written to the log and then indexed
         pauses: list[float] = []
+        writebacks: list[tuple[int, int]] = []
         real_sleep = time.sleep
+        real_writeback = entry_log.start_writeback
 
         def sleep(seconds: float) -> None:
-            if seconds == entry_log.BACKGROUND_PAUSE_S:
+            if seconds in (entry_log.BACKGROUND_PAUSE_S, entry_log.WRITEBACK_PAUSE_S):
                 pauses.append(seconds)
             real_sleep(seconds)
+
+        def writeback(fd: int, offset: int, nbytes: int) -> None:
+            writebacks.append((offset, nbytes))
+            real_writeback(fd, offset, nbytes)
         monkeypatch.setattr(time, "sleep", sleep)
+        monkeypatch.setattr(entry_log, "start_writeback", writeback)
         s.flush()
         monkeypatch.undo()
-        # a pause comes at the first block boundary past each slice (blocks of 64 KiB raw here)
-        per_pass = 4000 * (1024 + entry_log.ENTRY_HEADER.size) // (entry_log.BACKGROUND_SLICE_BYTES + (64 << 10)) - 1
-        assert len(pauses) >= 2 * per_pass, f"{len(pauses)} pauses, expected {per_pass} or more per pass"
+        slice_bytes, block_max = entry_log.BACKGROUND_SLICE_BYTES, 64 << 10  # blocks of 64 KiB raw here
+        per_pass = 4000 * (1024 + entry_log.ENTRY_HEADER.size) // (slice_bytes + block_max) - 1
+        log_pauses = pauses.count(entry_log.WRITEBACK_PAUSE_S)
+        assert log_pauses >= per_pass, f"{log_pauses} pauses writing the log, expected {per_pass} or more"
+        assert len(pauses) - log_pauses >= per_pass, f"{pauses} pauses: too few while indexing"
+        # every byte written had its writeback started, in slices, contiguously from the header
+        assert len(writebacks) > per_pass
+        assert all(n < slice_bytes + block_max + 4096 for _, n in writebacks), writebacks
+        assert writebacks[0][0] == entry_log.FILE_HEADER.size
+        assert all(a + n == b for (a, n), (b, _) in zip(writebacks, writebacks[1:], strict=False)), writebacks
+        log_file = max(p for p in (tmp_path / "current").rglob("*.log") if p.parent.name != "index")
+        assert sum(n for _, n in writebacks) + entry_log.FILE_HEADER.size == log_file.stat().st_size
         s = reopen(s)
         assert all(s.get_entry(1, e) == body(1, e, 1024) for e in range(4000))
     finally:
