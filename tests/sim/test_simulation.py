@@ -5,7 +5,7 @@ and the last events are in the failure message; ``SPARK_BOOKIE_SIM_SEED=<seed> p
 replay -s`` prints its whole trace. ``SPARK_BOOKIE_SEED`` fixes the base seed of the random sweep and
 ``SPARK_BOOKIE_SIM_RUNS`` its size (300 by default).
 
-The simulated client follows write_handle.py / recovery.py step for step. ``sim_model.ClientModel``
+The simulated client follows write_handle.py / recovery.py step for step. ``sim_world.ClientModel``
 names the choices where an earlier client lost acknowledged entries (bugs A and B below, both
 fixed); ``test_simulator_catches_bug_b`` proves the sweep still finds bug B, and
 ``SPARK_BOOKIE_SIM_MODEL=early`` runs the sweep with that old behaviour.
@@ -22,7 +22,8 @@ import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
-from sim_model import BOOKKEEPER, CURRENT, EARLY_FRAGMENTS, ClientModel, Outcome, SimulationFailure, run_schedule
+from sim_model import Outcome, SimulationFailure, run_schedule
+from sim_world import BOOKKEEPER, CURRENT, EARLY_FRAGMENTS, ClientModel
 
 from ledger_client.machines import AddState, Completion, RecoveryReadTally, write_set
 
@@ -39,7 +40,7 @@ REGRESSION_SEEDS = [0, 1, 17, 462, 704, 1293, 1650, 2027, 3174, 3988, 5051, 5252
 
 # Bug A (fixed in WriteHandle._fail_and_close): a recovery's write handle that found no spare bookie
 # closed the ledger at its own LAC, below entries the writer had acknowledged. These schedules show
-# it when sim_model.ClientModel(recovery_closes_on_failure=True).
+# it when sim_world.ClientModel(recovery_closes_on_failure=True).
 BUG_A_SEEDS = [462, 704, 1293, 1650]
 
 # Bug B (open): a recovery's ensemble change is CAS'd into the IN_RECOVERY metadata at once
