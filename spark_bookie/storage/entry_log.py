@@ -67,8 +67,9 @@ BACKGROUND_PAUSE_S = 0.0002
 # megabytes queued at once (see files.start_writeback). Beside a journal-like writer (1 KiB +
 # fdatasync at 1,000/s) and a 2 MiB flush + fsync every 0.67 s (three bookies' checkpoints), the
 # writer's fdatasyncs over 3 ms fell from 11-30 to 1-3 per 10 s (p999 4.0-6.0 -> 1.2-1.4 ms);
-# 0.2 ms pauses gave 2-7, writeback without pauses 6-9. It caps a log's append rate at
-# 256 MiB/s (a bookie takes ~50 MB/s of 1 KiB entries at saturation on two cores).
+# 0.2 ms pauses gave 2-7, 0.5 ms 7-9, writeback without pauses 6-9. The price is a ceiling on
+# one appender: `bench bookie` writes 1 KiB entries to a log at 115,000-123,000/s instead of
+# 151,000-175,000 (~125 MB/s), while a bookie takes 50-70 MB/s at saturation on two cores.
 WRITEBACK_PAUSE_S = 0.001
 
 
