@@ -67,9 +67,10 @@ BACKGROUND_PAUSE_S = 0.0002
 # megabytes queued at once (see files.start_writeback). Beside a journal-like writer (1 KiB +
 # fdatasync at 1,000/s) and a 2 MiB flush + fsync every 0.67 s (three bookies' checkpoints), the
 # writer's fdatasyncs over 3 ms fell from 11-30 to 1-3 per 10 s (p999 4.0-6.0 -> 1.2-1.4 ms);
-# 0.2 ms pauses gave 2-7, 0.5 ms 7-9, writeback without pauses 6-9. The price is a ceiling on
-# one appender: `bench bookie` writes 1 KiB entries to a log at 115,000-123,000/s instead of
-# 151,000-175,000 (~125 MB/s), while a bookie takes 50-70 MB/s at saturation on two cores.
+# 0.2 ms pauses gave 2-7, 0.5 ms 7-9, writeback without pauses 6-9. The pause caps one log's
+# appends near 125 MB/s, so work that must keep up with adds (a flush the write cache's size
+# forced) passes paced=False: it still starts each slice's writeback, which alone took a
+# saturated bookie from ~100,000 to ~150,000 durable 1 KiB adds/s (`bench bookie`).
 WRITEBACK_PAUSE_S = 0.001
 
 
@@ -297,10 +298,12 @@ class EntryLogger:
         spans, written = self.append_spans(entries)
         return [Location(log_id, offset, slot) for log_id, offset, count in spans for slot in range(count)], written
 
-    def append_spans(self, entries: Sequence[tuple[int, int, bytes]]) -> tuple[list[tuple[int, int, int]], int]:
+    def append_spans(self, entries: Sequence[tuple[int, int, bytes]],
+                     paced: bool = True) -> tuple[list[tuple[int, int, int]], int]:
         """`append`, with the locations as one (log id, block offset, entry count) per block, in
         the order of `entries`: a flush writes every add once more here, and a Location object
-        per entry was a tenth of its CPU."""
+        per entry was a tenth of its CPU. `paced`: pause WRITEBACK_PAUSE_S after each slice
+        written (False for work that must keep up with adds)."""
         spans: list[tuple[int, int, int]] = []
         written = 0
         if not entries:
@@ -319,9 +322,9 @@ class EntryLogger:
                 spans.append((cur.log_id, offset, count))
                 if pending.size >= BACKGROUND_SLICE_BYTES:
                     self._write_pending(pending)
-                    give_way.pause(WRITEBACK_PAUSE_S)
-                else:
-                    give_way.done(raw_len)
+                    if paced:
+                        give_way.pause(WRITEBACK_PAUSE_S)  # also hands the GIL over
+                give_way.done(raw_len)
             self._write_pending(pending)
         return spans, written
 

@@ -256,17 +256,20 @@ class LedgerStorage:
                     return
                 self._flushing = cache  # readers see it here before it leaves _active
                 self._active = WriteCache()
+            # A flush the cache's size forced must keep up with the adds: the log's pacing for the
+            # journals' sake (entry_log.WRITEBACK_PAUSE_S) would cap how fast the bookie can take them.
+            paced = cache.size_bytes < self.write_cache_bytes_max // 2
             try:
-                self._write_out(cache, dirty)
+                self._write_out(cache, dirty, paced)
             except BaseException:
                 self._restore(cache, dirty)
                 raise
             finally:
                 self._flushing = None
 
-    def _write_out(self, cache: WriteCache, dirty: dict[int, bytes]) -> None:
+    def _write_out(self, cache: WriteCache, dirty: dict[int, bytes], paced: bool) -> None:
         entries = cache.sorted_entries()
-        spans, _written = self._log.append_spans(entries)
+        spans, _written = self._log.append_spans(entries, paced=paced)
         self._log.sync()
         batch = IndexBatch()
         added: dict[tuple[int, int], int] = {}

@@ -489,3 +489,37 @@ def test_a_large_flush_gives_way_to_other_threads_and_the_disk_and_loses_nothing
         assert all(s.get_entry(1, e) == body(1, e, 1024) for e in range(4000))
     finally:
         s.close()
+
+
+def test_a_flush_the_cache_size_forced_is_not_paced(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A flush forced by a half-full write cache must keep up with the adds: it still starts each
+    slice's writeback but does not pause for the journals' sake (it still gives way to the GIL)."""
+    from spark_bookie.storage import entry_log
+    s = LedgerStorage(tmp_path, write_cache_bytes_max=6 << 20)
+    s.open()
+    try:
+        fill(s, 1, 4000, size=1024)  # ~4 MiB: over half of the cache
+        assert s.needs_flush()
+        pauses: list[float] = []
+        writebacks: list[int] = []
+        real_sleep = time.sleep
+        real_writeback = entry_log.start_writeback
+
+        def sleep(seconds: float) -> None:
+            pauses.append(seconds)
+            real_sleep(seconds)
+
+        def writeback(fd: int, offset: int, nbytes: int) -> None:
+            writebacks.append(nbytes)
+            real_writeback(fd, offset, nbytes)
+        monkeypatch.setattr(time, "sleep", sleep)
+        monkeypatch.setattr(entry_log, "start_writeback", writeback)
+        s.flush()
+        monkeypatch.undo()
+        assert entry_log.WRITEBACK_PAUSE_S not in pauses
+        assert pauses.count(entry_log.BACKGROUND_PAUSE_S) >= 2 * 10, pauses
+        assert len(writebacks) >= 10 and sum(writebacks) >= 4000 * 1024
+        s = reopen(s)
+        assert all(s.get_entry(1, e) == body(1, e, 1024) for e in range(4000))
+    finally:
+        s.close()
