@@ -22,6 +22,7 @@ class ClientConfig:
     explicit_lac_interval_ms: int = 0         # 0 = off; else idle writers send their LAC this often
     metadata_retries_max: int = 30            # CAS retries of one metadata change
     operation_timeout_ms: int = 60_000        # an append, open, recovery or close never waits longer
+    recovery_read_window_entries: int = 64    # a recovery open reads this many entries ahead at once
     bookie_batch_entries_max: int = 512       # adds per stream message to one bookie
     bookie_in_flight_adds_max: int = 10_000   # sent to one bookie, not yet answered (< its per-stream limit)
     bookie_backlog_adds_max: int = 200_000    # waiting for one bookie; beyond, it is too slow and is replaced
@@ -37,8 +38,9 @@ class ClientConfig:
             if isinstance(v, int) and not isinstance(v, bool) and v < 0:
                 raise IncorrectParameterError(f"client config {f.name} must not be negative")
         if min(self.outstanding_adds_max, self.bookie_batch_entries_max, self.bookie_in_flight_adds_max,
-               self.bookie_backlog_adds_max, self.bookie_window_bypass_adds) < 1:
-            raise IncorrectParameterError("outstanding_adds_max and the bookie_* add limits must be >= 1")
+               self.bookie_backlog_adds_max, self.bookie_window_bypass_adds, self.recovery_read_window_entries) < 1:
+            raise IncorrectParameterError("outstanding_adds_max, recovery_read_window_entries and the bookie_* add "
+                                          "limits must be >= 1")
         for key in ("bookie_add_transport", "bookie_read_transport"):
             if getattr(self, key) not in ("tcp", "grpc"):
                 raise IncorrectParameterError(f"{key} must be 'tcp' or 'grpc', not {getattr(self, key)!r}")

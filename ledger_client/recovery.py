@@ -7,7 +7,11 @@ BookKeeper's LedgerRecoveryOp as its TLA+ model has it after apache/bookkeeper#2
 3. from max(LAC seen, first entry of the last fragment − 1) + 1 on, read each entry with the FENCE
    flag from its write set in the ensemble recovery started with: one valid copy → recoverable
    (rewritten to its whole write set of the current ensemble with RECOVERY adds); Qw − Qa + 1
-   "no such entry" → the end; anything else → abort (never guess);
+   "no such entry" → the end; anything else → abort (never guess). The reads of the next
+   `recovery_read_window_entries` entries are in flight at once (BookKeeper's
+   recoveryReadBatchSize); outcomes are taken in entry order and the first end stops it, so
+   what is decided is what one read at a time would decide: at ~2.6 ms per entry one at a time,
+   a writer's 20,000 unconfirmed appends took most of the 60 s operation timeout;
 4. close by CAS at the last recovered entry. If another recovery closed it first, its answer is
    adopted, so parallel recoveries agree (invariant 4).
 """
@@ -16,7 +20,9 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import deque
 from concurrent.futures import Future
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import grpc
@@ -33,6 +39,15 @@ if TYPE_CHECKING:
     from .client import LedgerClient
 
 log = logging.getLogger(__name__)
+
+
+@dataclass
+class _RecoveryRead:
+    """One entry's fencing reads in flight and the tally of their answers."""
+
+    entry_id: int
+    tally: RecoveryReadTally
+    futures: dict[int, grpc.Future] = field(default_factory=dict)
 
 
 class LedgerRecovery:
@@ -125,17 +140,26 @@ class LedgerRecovery:
                              last_add_confirmed=start, length=self._entry_length(start))
         self._client.watch_writer(writer)  # add timeouts apply to recovery's rewrites too
         recovery_md = self._md  # reads go to the ensembles recovery started with (TLA+ model)
+        window = self._client.config.recovery_read_window_entries
+        reads: deque[_RecoveryRead] = deque()
         pending: list[Future[int]] = []
         e = start + 1
-        while True:
-            outcome, data = self._recovery_read(recovery_md, e)
-            if outcome is ReadOutcome.ABSENT:
-                break
-            if outcome is not ReadOutcome.FOUND or data is None:
-                raise errors.ReadError(f"ledger {self._lid}: cannot tell whether entry {e} exists "
-                                       "(too many bookies unreachable); recovery aborted")
-            pending.append(writer.append_async(data))
-            e += 1
+        try:
+            while True:
+                while len(reads) < window:  # the next entries' reads go out while this one's answer comes
+                    reads.append(self._start_read(recovery_md, e + len(reads)))
+                outcome, data = self._finish_read(reads.popleft())
+                if outcome is ReadOutcome.ABSENT:
+                    break
+                if outcome is not ReadOutcome.FOUND or data is None:
+                    raise errors.ReadError(f"ledger {self._lid}: cannot tell whether entry {e} exists "
+                                           "(too many bookies unreachable); recovery aborted")
+                pending.append(writer.append_async(data))
+                e += 1
+        finally:
+            for r in reads:  # reads past the end: their answers no longer matter
+                for f in r.futures.values():
+                    f.cancel()
         try:
             for f in pending:
                 f.result(timeout=max(1.0, self._deadline - time.monotonic()))
@@ -164,16 +188,23 @@ class LedgerRecovery:
                 began, local = latest, rebased
         raise errors.MetadataVersionError(f"ledger {self._lid}: recovery close kept losing races")
 
-    def _recovery_read(self, md: LedgerMetadata, entry_id: int) -> tuple[ReadOutcome, bytes | None]:
+    def _start_read(self, md: LedgerMetadata, entry_id: int) -> _RecoveryRead:
+        """Send the fencing read of `entry_id` to its write set (see _finish_read)."""
         bookies = md.ensemble_at(entry_id)
-        tally = RecoveryReadTally(entry_id, md.ensemble_size, md.write_quorum_size, md.ack_quorum_size)
-        futs: dict[int, grpc.Future] = {}
+        read = _RecoveryRead(entry_id, RecoveryReadTally(entry_id, md.ensemble_size, md.write_quorum_size,
+                                                         md.ack_quorum_size))
         for i in write_set(entry_id, md.ensemble_size, md.write_quorum_size):
             try:
-                futs[i] = self._client.pool.get(bookies[i]).read_future(
+                read.futures[i] = self._client.pool.get(bookies[i]).read_future(
                     self._lid, entry_id, fence=True, master_key=self._key)
             except errors.LedgerError:
-                tally.on_error(i)
+                read.tally.on_error(i)
+        return read
+
+    def _finish_read(self, read: _RecoveryRead) -> tuple[ReadOutcome, bytes | None]:
+        """The entry's outcome from its answers, in the order they come; (FOUND, data) on the first
+        valid copy."""
+        entry_id, tally, futs = read.entry_id, read.tally, read.futures
         outcome = tally.on_error(-1)  # evaluate (no-op index)
         answers = as_completed(futs, self._deadline)
         while outcome is ReadOutcome.PENDING and (done := next(answers, None)) is not None:

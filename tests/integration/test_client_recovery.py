@@ -86,6 +86,33 @@ def test_tail_on_one_bookie_only_is_recovered_and_rereplicated(cluster_factory):
                 assert bc.read(w.ledger_id, 10).status == pb.EOK, b
 
 
+@pytest.mark.parametrize("window", [1, 3, 64])
+def test_recovery_reads_ahead_but_ends_at_the_first_missing_entry(cluster_factory, window):
+    """A recovery open reads `recovery_read_window_entries` entries ahead. The writer "crashed"
+    leaving entries 10 and 11 on every bookie unconfirmed, 12 nowhere and 13 everywhere (sent
+    after 12, which never arrived): 13 is read ahead and found, yet the ledger must end at 11, as
+    reading one entry at a time decides, and 13 must not become part of the ledger."""
+    sb = cluster_factory(3)
+    with client(sb) as c:
+        w = c.create_ledger(3, 3, 2, password=b"pw")
+        for i in range(10):
+            w.append(data(w.ledger_id, i))
+        ensemble = c.ledger_metadata(w.ledger_id).ensembles[0]
+        digester = Digester(DigestType.CRC32C, b"pw")
+        for e in (10, 11, 13):   # each carries LAC 9, the writer's when it sent them
+            body = digester.frame(w.ledger_id, e, 9, (e + 1) * 64, data(w.ledger_id, e))
+            for b in ensemble:
+                with BookieClient(b) as bc:
+                    assert bc.add(w.ledger_id, e, master_key(b"pw"), body).result(10).status == pb.EOK
+        with client(sb, recovery_read_window_entries=window) as rc:
+            r = rc.open_ledger(w.ledger_id, b"pw")
+            assert r.last_add_confirmed == 11 and r.length == 12 * 64
+            assert [e.data for e in r.read(0, 11)] == [data(w.ledger_id, i) for i in range(12)]
+            with pytest.raises(errors.IncorrectParameterError):   # past the end of the closed ledger
+                r.read(13, 13)
+            assert rc.ledger_metadata(w.ledger_id).last_entry_id == 11
+
+
 def test_recovery_with_a_dead_bookie_and_a_spare(cluster_factory):
     sb = cluster_factory(4)
     with client(sb) as c:
