@@ -330,8 +330,10 @@ class _Attempt:
     start: int | None = None
     waiting: int = 0
     writer: SimWriter | None = None
-    entry: int = 0
-    tally: RecoveryReadTally | None = None
+    entry: int = 0                  # the next entry whose outcome decides (entry order)
+    next_read: int = 0              # the next entry whose reads go out
+    reads: dict[int, RecoveryReadTally] = field(default_factory=dict)      # undecided, in flight
+    outcomes: dict[int, tuple[ReadOutcome, bytes | None]] = field(default_factory=dict)  # decided early
     reading_done: bool = False
     futures: deque[list[object]] = field(default_factory=deque)   # [entry id, None | OK | error]
 
@@ -420,39 +422,59 @@ class SimRecovery:
         assert att.md is not None
         att.writer = SimWriter(self.w, att.md, f"{self.name}.w{att.number}", recovery=True,
                                lac=start, length=length)
-        att.entry = start + 1
-        self._read_entry(att)
+        att.entry = att.next_read = start + 1
+        self._fill_window(att)
 
-    def _read_entry(self, att: _Attempt) -> None:
-        md, e = att.md, att.entry
+    def _fill_window(self, att: _Attempt) -> None:
+        """_read_and_rewrite: the reads of the next `recovery_read_window` entries are out at once."""
+        md = att.md
         assert md is not None
-        bookies = md.ensemble_at(e)   # the ensembles recovery started with (TLA+ model)
-        att.tally = RecoveryReadTally(e, md.ensemble_size, md.write_quorum_size, md.ack_quorum_size)
-        for i in write_set(e, md.ensemble_size, md.write_quorum_size):
-            self.w.net.call(bookies[i], partial(SimBookie.read, ledger_id=LEDGER_ID, entry_id=e, fence=True),
-                            partial(self._read_answer, att, e, i))
+        while att.next_read < att.entry + self.w.recovery_read_window:
+            e = att.next_read
+            att.next_read += 1
+            bookies = md.ensemble_at(e)   # the ensembles recovery started with (TLA+ model)
+            att.reads[e] = RecoveryReadTally(e, md.ensemble_size, md.write_quorum_size, md.ack_quorum_size)
+            for i in write_set(e, md.ensemble_size, md.write_quorum_size):
+                self.w.net.call(bookies[i], partial(SimBookie.read, ledger_id=LEDGER_ID, entry_id=e, fence=True),
+                                partial(self._read_answer, att, e, i))
 
     def _read_answer(self, att: _Attempt, e: int, index: int, reply: Reply | None) -> None:
-        tally = att.tally
-        if att.over or att.reading_done or att.entry != e or tally is None:
+        tally = att.reads.get(e)
+        if att.over or att.reading_done or tally is None:
             return
+        data: bytes | None = None
         if reply is None:
             outcome = tally.on_error(index)
         elif reply.status == OK and reply.body is not None:
-            outcome = tally.on_found(index)
-            if outcome is ReadOutcome.FOUND:
-                self._found(att, e, reply.body.data)
-                return
+            outcome, data = tally.on_found(index), reply.body.data
         else:
             outcome = tally.on_absent(index)
-        if outcome is ReadOutcome.ABSENT:
-            self.sim.log(f"{self.name}: entry {e} absent; recovery ends at {e - 1}")
-            att.reading_done = True
-            self._drain_rewrites(att)
-        elif outcome is ReadOutcome.UNKNOWN:
-            self._fail(att, E_READ, adoptable=False)
+        if outcome is ReadOutcome.PENDING:
+            return
+        del att.reads[e]
+        att.outcomes[e] = (outcome, data)
+        self._decide(att)
 
-    def _found(self, att: _Attempt, e: int, data: bytes) -> None:
+    def _decide(self, att: _Attempt) -> None:
+        """_finish_read in entry order: an entry's outcome counts once every entry before it did."""
+        while not att.over and not att.reading_done and att.entry in att.outcomes:
+            e = att.entry
+            outcome, data = att.outcomes.pop(e)
+            if outcome is ReadOutcome.FOUND and data is not None:
+                if not self._found(att, e, data):
+                    return
+            elif outcome is ReadOutcome.ABSENT:
+                self.sim.log(f"{self.name}: entry {e} absent; recovery ends at {e - 1}")
+                att.reading_done = True
+                self._drain_rewrites(att)
+                return
+            else:
+                self._fail(att, E_READ, adoptable=False)
+                return
+        if not att.over and not att.reading_done:
+            self._fill_window(att)
+
+    def _found(self, att: _Attempt, e: int, data: bytes) -> bool:
         writer = att.writer
         assert writer is not None
         self.sim.check(data == self.w.payloads.get(e),
@@ -462,10 +484,10 @@ class SimRecovery:
         eid = writer.append(data, lambda _eid, err: self._rewritten(att, slot, err))
         if eid is None:   # append_async raises the handle's error
             self._fail(att, writer.error or "LedgerClosedError", adoptable=True)
-            return
+            return False
         self.sim.check(eid == e, f"{self.name}: rewrote entry {e} as {eid}")
         att.futures.append(slot)
-        self._read_entry(att)
+        return True
 
     def _rewritten(self, att: _Attempt, slot: list[object], err: str | None) -> None:
         slot[1] = err or OK
@@ -521,6 +543,10 @@ class SimRecovery:
 
 # ---------------------------------------------------------------------------------------- schedules
 
+# A schedule's recovery read window: one at a time, a few, and the client's default (all of a
+# short ledger's tail at once).
+RECOVERY_READ_WINDOWS = (1, 3, 64)
+
 @dataclass
 class Schedule:
     """Everything random about one run except the message-level coin flips (same rng, drawn first)."""
@@ -539,6 +565,7 @@ class Schedule:
     recoveries: list[float]
     writer_dies_at: float | None
     writer_closes: bool
+    recovery_read_window: int = 64
 
     @classmethod
     def draw(cls, seed: int, rng: Random) -> Schedule:
@@ -562,6 +589,8 @@ class Schedule:
                        rng.choice([0.0, 0.3]), crashes, recoveries, dies, rng.random() < 0.7)
         if rng.random() < 0.4:
             schedule._storm(rng, horizon)
+        # from the seed, not the rng: the regression seeds keep the schedules they were found with
+        schedule.recovery_read_window = RECOVERY_READ_WINDOWS[seed % len(RECOVERY_READ_WINDOWS)]
         return schedule
 
     def _storm(self, rng: Random, horizon: float) -> None:
@@ -643,6 +672,7 @@ def _run(sim: Sim, sch: Schedule, model: ClientModel) -> Outcome:
                                  ack_quorum_size=sch.qa, digest_type=DigestType.CRC32C, password=b"sim",
                                  ctime=0)
     world = World(sim, names, sch.faults, md, sch.stale_registry, model)
+    world.recovery_read_window = sch.recovery_read_window
     writer = SimWriter(world, md, "writer")
     _drive_writer(world, writer, sch)
     for t, i, down in sch.crashes:

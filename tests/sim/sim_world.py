@@ -326,6 +326,7 @@ class World:
         self.stale_registry = stale_registry
         self.acked: list[tuple[float, int]] = []     # (time, entry id) the original writer completed
         self.payloads: dict[int, bytes] = {}
+        self.recovery_read_window = 64               # ClientConfig.recovery_read_window_entries
 
     def writable(self) -> list[BookieNode]:
         """The registry's view: live bookies, plus crashed ones whose session has not expired yet."""
