@@ -10,8 +10,8 @@ BookKeeper's LedgerRecoveryOp as its TLA+ model has it after apache/bookkeeper#2
    "no such entry" → the end; anything else → abort (never guess). The reads of the next
    `recovery_read_window_entries` entries are in flight at once (BookKeeper's
    recoveryReadBatchSize); outcomes are taken in entry order and the first end stops it, so
-   what is decided is what one read at a time would decide: at ~2.6 ms per entry one at a time,
-   a writer's 20,000 unconfirmed appends took most of the 60 s operation timeout;
+   what is decided is what one read at a time would decide (at ~2.7 ms per entry one at a time,
+   a writer's 20,000 unconfirmed appends would take most of the 60 s operation timeout);
 4. close by CAS at the last recovered entry. If another recovery closed it first, its answer is
    adopted, so parallel recoveries agree (invariant 4).
 """
