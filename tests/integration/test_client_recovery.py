@@ -69,21 +69,31 @@ def test_tail_on_one_bookie_only_is_recovered_and_rereplicated(cluster_factory):
     (no write set can show Qw - Qa + 1 = 3 "no such entry" answers) and copy it to all three."""
     sb = cluster_factory(3)
     with client(sb) as c:
-        w = c.create_ledger(3, 3, 1, password=b"pw")
-        for i in range(10):
-            w.append(data(w.ledger_id, i))
-        # The writer "crashes" after sending entry 10 to one bookie only.
-        ensemble = c.ledger_metadata(w.ledger_id).ensembles[0]
-        body = Digester(DigestType.CRC32C, b"pw").frame(w.ledger_id, 10, 9, 11 * 64, data(w.ledger_id, 10))
-        with BookieClient(ensemble[0]) as bc:
-            assert bc.add(w.ledger_id, 10, master_key(b"pw"), body).result(10).status == pb.EOK
+        lid, ensemble = _writer_crashed_leaving(c, 1, {10: [0]})   # entry 10 reached one bookie only
         with client(sb) as rc:
-            r = rc.open_ledger(w.ledger_id, b"pw")
+            r = rc.open_ledger(lid, b"pw")
             assert r.last_add_confirmed == 10 and r.length == 11 * 64
-            assert r.read(10, 10)[0].data == data(w.ledger_id, 10)
+            assert r.read(10, 10)[0].data == data(lid, 10)
         for b in ensemble:  # recovery rewrote it to the whole write set
             with BookieClient(b) as bc:
-                assert bc.read(w.ledger_id, 10).status == pb.EOK, b
+                assert bc.read(lid, 10).status == pb.EOK, b
+
+
+def _writer_crashed_leaving(c, ack_quorum: int, tail: dict[int, list[int]]) -> tuple[int, list[str]]:
+    """A ledger E3/Qw3 with entries 0-9 acknowledged, then what a writer that crashed left behind:
+    entry id -> the positions in the ensemble that got it, each framed with LAC 9 (the writer's
+    when it sent them). Returns (ledger id, ensemble)."""
+    w = c.create_ledger(3, 3, ack_quorum, password=b"pw")
+    for i in range(10):
+        w.append(data(w.ledger_id, i))
+    ensemble = c.ledger_metadata(w.ledger_id).ensembles[0]
+    digester = Digester(DigestType.CRC32C, b"pw")
+    for e, positions in tail.items():
+        body = digester.frame(w.ledger_id, e, 9, (e + 1) * 64, data(w.ledger_id, e))
+        for i in positions:
+            with BookieClient(ensemble[i]) as bc:
+                assert bc.add(w.ledger_id, e, master_key(b"pw"), body).result(10).status == pb.EOK
+    return w.ledger_id, ensemble
 
 
 @pytest.mark.parametrize("window", [1, 3, 64])
@@ -94,23 +104,15 @@ def test_recovery_reads_ahead_but_ends_at_the_first_missing_entry(cluster_factor
     reading one entry at a time decides, and 13 must not become part of the ledger."""
     sb = cluster_factory(3)
     with client(sb) as c:
-        w = c.create_ledger(3, 3, 2, password=b"pw")
-        for i in range(10):
-            w.append(data(w.ledger_id, i))
-        ensemble = c.ledger_metadata(w.ledger_id).ensembles[0]
-        digester = Digester(DigestType.CRC32C, b"pw")
-        for e in (10, 11, 13):   # each carries LAC 9, the writer's when it sent them
-            body = digester.frame(w.ledger_id, e, 9, (e + 1) * 64, data(w.ledger_id, e))
-            for b in ensemble:
-                with BookieClient(b) as bc:
-                    assert bc.add(w.ledger_id, e, master_key(b"pw"), body).result(10).status == pb.EOK
+        everywhere = [0, 1, 2]
+        lid, _ = _writer_crashed_leaving(c, 2, {10: everywhere, 11: everywhere, 13: everywhere})
         with client(sb, recovery_read_window_entries=window) as rc:
-            r = rc.open_ledger(w.ledger_id, b"pw")
+            r = rc.open_ledger(lid, b"pw")
             assert r.last_add_confirmed == 11 and r.length == 12 * 64
-            assert [e.data for e in r.read(0, 11)] == [data(w.ledger_id, i) for i in range(12)]
+            assert [e.data for e in r.read(0, 11)] == [data(lid, i) for i in range(12)]
             with pytest.raises(errors.IncorrectParameterError):   # past the end of the closed ledger
                 r.read(13, 13)
-            assert rc.ledger_metadata(w.ledger_id).last_entry_id == 11
+            assert rc.ledger_metadata(lid).last_entry_id == 11
 
 
 def test_recovery_with_a_dead_bookie_and_a_spare(cluster_factory):
