@@ -2,9 +2,8 @@
 
 Scans (Spark, compaction into Delta, benchmarks) read millions of entries; one ``LedgerEntry`` per
 entry and a Python-level digest object per entry would cap them far below what the bookies serve.
-So this reader keeps entries as raw framed bodies from batched range reads, checks ids with numpy
-over all headers at once, checks digests in one tight loop (CRC32C: two C calls per entry), and
-builds the ``payload`` column from one concatenated buffer plus an offsets array
+So this reader keeps entries as raw framed bodies from batched range reads, checks them in bulk
+(``body_check``), and builds the ``payload`` column from one concatenated buffer plus an offsets array
 (``pa.Array.from_buffers``): no per-entry objects survive into the result. Chunks of one fragment
 are read from different replicas in parallel, so the bookies' disk and network work overlap with
 the client's checking.
@@ -12,25 +11,25 @@ the client's checking.
 Failure handling is the same as ``ReadHandle.read``: a replica that answers with an error, a gap or
 a copy that fails its header or digest check is skipped from that entry on and the next replica is
 asked; whatever no range read could supply falls back to the per-entry reads with speculative
-failover. Striped fragments (E > Qw: no bookie holds a contiguous range) use that path directly.
+failover. Striped fragments (E > Qw: no bookie holds a contiguous range) are read with listed
+reads to every bookie at once (``listed_read``).
 """
 
 from __future__ import annotations
 
-import hmac
 from collections import deque
 from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
-import google_crc32c
 import numpy as np
 import pyarrow as pa
 
 from . import errors
+from .body_check import BodyChecker
+from .listed_read import read_striped
 from .protocol import bookkeeper_pb2 as pb
 from .protocol.checks import invariant
-from .protocol.framing import HEADER_BYTES, Digester, DigestType
 
 if TYPE_CHECKING:
     from .read_handle import ReadHandle
@@ -80,47 +79,6 @@ def _concat(parts: list[pa.Array]) -> pa.Array:
     return pa.concat_arrays(parts)
 
 
-class BodyChecker:
-    """Checks framed bodies of consecutive entries of one ledger, all at once."""
-
-    def __init__(self, ledger_id: int, digest_type: DigestType, password: bytes) -> None:
-        self.ledger_id = ledger_id
-        self.digest_type = digest_type
-        self._digester = Digester(digest_type, password)
-        self.head = HEADER_BYTES + digest_type.digest_bytes
-
-    def valid_prefix(self, first_entry_id: int, bodies: Sequence[bytes]) -> tuple[list[bytes], int]:
-        """(payloads, k): the first k bodies are entries first_entry_id.. with good digests."""
-        m = len(bodies)
-        hd = self.head
-        short = np.fromiter(map(len, bodies), dtype=np.int64, count=m) < hd
-        if short.any():
-            m = int(np.argmax(short))
-            bodies = bodies[:m]
-        if m == 0:
-            return [], 0
-        heads = np.frombuffer(b"".join([b[:hd] for b in bodies]), dtype=np.uint8).reshape(m, hd)
-        ids = heads[:, :16].copy().view(">i8")
-        ok = (ids[:, 0] == self.ledger_id) & (ids[:, 1] == np.arange(first_entry_id, first_entry_id + m))
-        payloads = [b[hd:] for b in bodies]
-        ok &= self._digests_ok(bodies, heads, payloads)
-        k = m if ok.all() else int(np.argmin(ok))
-        return payloads[:k], k
-
-    def _digests_ok(self, bodies: Sequence[bytes], heads: np.ndarray, payloads: list[bytes]) -> np.ndarray:
-        m = len(bodies)
-        if self.digest_type is DigestType.CRC32C:
-            val, ext = google_crc32c.value, google_crc32c.extend
-            got = np.fromiter(map(ext, map(val, [b[:HEADER_BYTES] for b in bodies]), payloads), np.uint32, m)
-            want = heads[:, HEADER_BYTES:HEADER_BYTES + 4].copy().view(">u4").ravel()
-            return np.asarray(got == want)
-        if self.digest_type is DigestType.DUMMY:
-            return np.ones(m, dtype=bool)
-        dg, hd = self._digester, self.head
-        return np.fromiter((hmac.compare_digest(b[HEADER_BYTES:hd], dg.compute(b[:HEADER_BYTES], p))
-                            for b, p in zip(bodies, payloads, strict=True)), dtype=bool, count=m)
-
-
 class ArrowScan:
     """One read_arrow call on a handle: fragments → chunks → verified payload arrays."""
 
@@ -151,7 +109,7 @@ class ArrowScan:
             if md.ensemble_size == md.write_quorum_size:
                 out += self._range_reads(e, end, bookies)
             else:
-                out.append(payload_array([x.data for x in self.h.entry_reads(e, end, bookies)]))
+                out.append(payload_array(read_striped(self.h, e, end, bookies)))
             e = end + 1
         return out
 

@@ -18,6 +18,7 @@ from metadata import LedgerMetadata, LedgerState
 
 from . import errors
 from .entry import LedgerEntry
+from .listed_read import read_striped
 from .machines import QuorumCoverage, write_set
 from .protocol import bookkeeper_pb2 as pb
 from .protocol.framing import Digester, FramingError, parse_header
@@ -225,7 +226,8 @@ class ReadHandle:
             if md.ensemble_size == md.write_quorum_size:
                 out += self._range_read(e, end, bookies)
             else:
-                out += self._entry_reads(e, end, bookies)
+                lid = self.ledger_id
+                out += [LedgerEntry(lid, e + i, p) for i, p in enumerate(read_striped(self, e, end, bookies))]
             e = end + 1
         return out
 
