@@ -225,7 +225,7 @@ class WriteHandle:
                 exclude = set(self._sm.failed)
                 too_many = self._sm.changes >= self._client.config.ensemble_changes_max
             if too_many:
-                self._fail_and_close(errors.NotEnoughBookiesError(
+                self._give_up(errors.NotEnoughBookiesError(
                     f"ledger {self.ledger_id}: more than {self._client.config.ensemble_changes_max} ensemble changes"))
                 return
             try:
@@ -238,11 +238,8 @@ class WriteHandle:
                 else:
                     change = functools.partial(self._with_fragment, key=key, ensemble=new)
                     md = self._client.update_metadata(self.ledger_id, change)
-            except errors.NotEnoughBookiesError as e:
-                self._fail_and_close(e)
-                return
             except errors.LedgerError as e:
-                self._fail(e)
+                self._give_up(e)
                 return
             with self._lock:
                 self._md = md
@@ -282,6 +279,37 @@ class WriteHandle:
         for f in futs:
             if not f.done():
                 f.set_exception(error)
+
+    def _give_up(self, error: errors.LedgerError) -> None:
+        """The ensemble change cannot go on. If the ledger is no longer this writer's (a recovery
+        fenced it, someone closed it), that is what the writer is told, whatever stopped the
+        change: a write-ahead log's leader learns it lost its ledger from LedgerFencedError, not
+        from "not enough bookies" (its bookies may just have restarted; BookKeeper's
+        TestFencing.testFencingAndRestartBookies). Otherwise: no spare bookie closes the ledger
+        at its LAC, any other error fails the handle."""
+        taken = self._taken_over()
+        if taken is not None:
+            self._fail(taken)
+        elif isinstance(error, errors.NotEnoughBookiesError):
+            self._fail_and_close(error)
+        else:
+            self._fail(error)
+
+    def _taken_over(self) -> errors.LedgerFencedError | None:
+        """LedgerFencedError when the metadata says the ledger is in recovery or closed (a
+        recovery writer's own ledger is IN_RECOVERY: never taken over by that)."""
+        if self._recovery:
+            return None
+        try:
+            md = self._client.ledger_metadata(self.ledger_id)
+        except errors.LedgerError as e:
+            log.warning("ledger %d: cannot read its metadata while giving up: %s", self.ledger_id, e)
+            return None
+        if md.state is LedgerState.OPEN:
+            return None
+        end = f" at entry {md.last_entry_id}" if md.state is LedgerState.CLOSED else ""
+        return errors.LedgerFencedError(f"ledger {self.ledger_id} is {md.state.name}{end}: "
+                                        "a recovery fenced it, this writer can add no more")
 
     def _fail_and_close(self, error: errors.LedgerError) -> None:
         """No way forward (no spare bookie): close the ledger at its LAC, fail what is pending.

@@ -387,7 +387,19 @@ class BookieClient:
                                    self._timeout_s, self._message_bytes_max, known, self._add_readers)
         except OSError as e:
             self._forget_port()
-            raise errors.BookieUnavailableError(f"{self.address}: {e}") from e
+            if known is None:
+                raise errors.BookieUnavailableError(f"{self.address}: {e}") from e
+            refused = e
+        # The add port we knew refused: the bookie may be back on another one (a restart picks a
+        # new port unless configured). Ask it once before calling it dead: a writer whose bookies
+        # restarted must reach them, and learn, for one, that its ledger was fenced meanwhile.
+        try:
+            known = self._add_endpoint()
+            return SocketAddStream(self._limits, self.address, self._add_endpoint, self._forget_port,
+                                   self._timeout_s, self._message_bytes_max, known, self._add_readers)
+        except (OSError, grpc.RpcError, errors.LedgerError) as e:
+            self._forget_port()
+            raise errors.BookieUnavailableError(f"{self.address}: {refused}; asked again: {e}") from e
 
     def _add_endpoint(self) -> tuple[str, int]:
         """(host, port) of the bookie's TCP add listener, asked once (GetBookieInfo)."""
