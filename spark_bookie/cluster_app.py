@@ -74,7 +74,7 @@ class ClusterAppConfig:
     hosting: HostingConfig
     master: str | None = None  # None: what spark-submit / spark-defaults say, else local[N]
     app_name: str = "spark-bookie cluster"
-    spark_conf: tuple[tuple[str, str], ...] = ()  # --conf k=v, applied last (wins)
+    spark_conf: tuple[tuple[str, str], ...] = ()  # the script's --conf k=v (spark-submit's --conf works too)
     task_max_failures: int = 1_000
     resubmit_delay_ms: int = 5_000
     health_interval_ms: int = 10_000
@@ -160,29 +160,50 @@ class BookieClusterApp:
         self._write_driver_node("starting", app_id=None)
 
     def _make_spark_context(self) -> Any:
-        from pyspark import SparkConf, SparkContext
+        from pyspark import SparkContext
 
-        conf = SparkConf().setAppName(self.cfg.app_name)
-        if self.cfg.master:
-            conf.setMaster(self.cfg.master)
-        elif not conf.contains("spark.master"):
-            conf.setMaster(f"local[{self.cfg.hosting.bookies}]")
-        if conf.get("spark.master", "").startswith("local") and "PYSPARK_PYTHON" not in os.environ:
-            os.environ["PYSPARK_PYTHON"] = sys.executable  # executors on this machine: this interpreter
-        for k, v in spark_conf_pairs(self.cfg).items():
-            conf.set(k, v)
-        cores = conf.get("spark.executor.cores", None)
-        if cores and not conf.contains("spark.task.cpus"):
-            conf.set("spark.task.cpus", cores)  # one slot task per executor: one bookie per executor
-        for k, v in self.cfg.spark_conf:
-            conf.set(k, v)
-        sc = SparkContext(conf=conf)
+        sc = SparkContext(conf=self._spark_conf())
         sc.setLogLevel("WARN")
         self._app_id = sc.applicationId
         log.info("Spark %s application %s on %s: hosting %d bookies (slots 0..%d, ports %d..%d)",
                  sc.version, sc.applicationId, sc.master, self.cfg.hosting.bookies, self.cfg.hosting.bookies - 1,
                  self.cfg.hosting.port(0), self.cfg.hosting.port(self.cfg.hosting.bookies - 1))
         return sc
+
+    def _spark_conf(self) -> Any:
+        """The application's SparkConf: what spark-submit (--master, --conf, spark-defaults) set
+        wins, then the script's own --master and --conf; the hosting job's settings
+        (spark_conf_pairs) fill in what nobody set, with a warning where someone set them otherwise.
+
+        The JVM gateway must exist first: a SparkConf made before it is a plain Python dict that
+        does not see spark-submit's properties, and the application ran in local mode whatever
+        master spark-submit was given (all bookies in the driver's host). Under spark-submit the
+        gateway is spark-submit's own JVM; under plain python this starts one, as PySpark would."""
+        from pyspark import SparkConf, SparkContext
+
+        SparkContext._ensure_initialized()  # attach to (or start) the JVM gateway
+        conf = SparkConf()
+        # spark-submit names an application after its script unless given --name: keep ours then.
+        if conf.get("spark.app.name", None) in (None, os.path.basename(sys.argv[0])):
+            conf.setAppName(self.cfg.app_name)
+        if self.cfg.master:
+            conf.setMaster(self.cfg.master)
+        elif not conf.contains("spark.master"):
+            conf.setMaster(f"local[{self.cfg.hosting.bookies}]")
+        if conf.get("spark.master", "").startswith("local") and "PYSPARK_PYTHON" not in os.environ:
+            os.environ["PYSPARK_PYTHON"] = sys.executable  # executors on this machine: this interpreter
+        for k, v in self.cfg.spark_conf:
+            conf.set(k, v)
+        for k, v in spark_conf_pairs(self.cfg).items():
+            if not conf.contains(k):
+                conf.set(k, v)
+            elif conf.get(k) != v:
+                log.warning("Spark setting %s=%s overrides the hosting job's %s: bookies may not survive "
+                            "executor failures as documented", k, conf.get(k), v)
+        cores = conf.get("spark.executor.cores", None)
+        if cores and not conf.contains("spark.task.cpus"):
+            conf.set("spark.task.cpus", cores)  # one slot task per executor: one bookie per executor
+        return conf
 
     def _install_signal_handlers(self) -> None:
         if threading.current_thread() is not threading.main_thread():

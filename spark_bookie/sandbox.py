@@ -217,8 +217,12 @@ class SparkSandbox:
     def __init__(self, root: str | Path, bookies: int = 3, *, zk_port: int | None = None,
                  zk_connect: str | None = None, master: str | None = None, python: str = sys.executable,
                  extra_args: list[str] | tuple[str, ...] = (), env: dict[str, str] | None = None,
-                 start_timeout_s: float = 300.0) -> None:
+                 start_timeout_s: float = 300.0, submit_conf: dict[str, str] | None = None) -> None:
+        """With ``submit_conf`` (possibly empty), the driver is launched the documented way, by
+        ``spark-submit --master M --conf k=v ... jobs/bookie_cluster.py`` (the spark-submit beside
+        ``python``); without, as ``python jobs/bookie_cluster.py --master M``."""
         self.root = Path(root).absolute()
+        self.submit_conf = submit_conf
         self.bookies = bookies
         self.zk: EmbeddedZooKeeper | None = None
         self._zk_connect = zk_connect
@@ -250,9 +254,14 @@ class SparkSandbox:
         import jobs
 
         script = Path(jobs.__file__).parent / "bookie_cluster.py"
-        return [self.python, str(script), "--zk", self.connect_string, "--bookies", str(self.bookies),
-                "--data-root", str(self.root / "data"), "--base-port", str(self.base_port),
-                "--master", self.master, "--conf", "spark.ui.enabled=false", *self.extra_args]
+        args = ["--zk", self.connect_string, "--bookies", str(self.bookies), "--data-root", str(self.root / "data"),
+                "--base-port", str(self.base_port), *self.extra_args]
+        if self.submit_conf is None:
+            return [self.python, str(script), *args, "--master", self.master, "--conf", "spark.ui.enabled=false"]
+        conf = {"spark.ui.enabled": "false", **self.submit_conf}
+        confs = [x for k, v in conf.items() for x in ("--conf", f"{k}={v}")]
+        submit = str(Path(self.python).parent / "spark-submit")
+        return [submit, "--master", self.master, *confs, str(script), *args]
 
     def start(self) -> None:
         self.root.mkdir(parents=True, exist_ok=True)

@@ -1,7 +1,8 @@
 """The Spark-hosted bookie cluster (jobs/bookie_cluster.py) on a real local-cluster[3,1,1024].
 
 One application for the module (it takes a while to start on a loaded 2-core box), driven the way an
-operator would: `python jobs/bookie_cluster.py` as a child process (its own session), bookies in
+operator would: `spark-submit --master local-cluster[3,1,1024] --conf ... jobs/bookie_cluster.py` as
+the README documents it, a child process in its own session, bookies in
 executor JVMs, a real ZooKeeper, clients of the public API, kill -9 of an executor JVM, `spark-bookie
 cluster stop`. The tests run in file order and share the application: register → kill an executor
 mid-write (same slot comes back) → a slot that does not come back is re-replicated → graceful stop.
@@ -36,6 +37,7 @@ pytestmark = pytest.mark.spark
 
 REPO = Path(__file__).resolve().parents[2]
 NAME = "bookie-cluster"
+MARK = uuid.uuid4().hex  # a spark-submit --conf that must reach the executors (spark.executorEnv.*)
 PW = b"pw"
 CLIENT = ClientConfig(add_timeout_ms=3_000, read_timeout_ms=5_000, speculative_read_timeout_ms=300,
                       operation_timeout_ms=120_000, zk_session_timeout_ms=4_000)
@@ -116,7 +118,8 @@ def cluster(zk_server: str, tmp_path_factory: pytest.TempPathFactory) -> Iterato
         _set_lost_bookie_delay(zk, 3_600)  # until test_slot_that_does_not_come_back...: no re-replication
     sb = SparkSandbox(root, 3, zk_connect=zk, extra_args=[
         "--zk-session-timeout-ms", "4000", "--heartbeat-interval-s", "1", "--health-interval-s", "5",
-        "--bookie-conf", str(bookie_conf), "--autorecovery-conf", str(ar_conf)], start_timeout_s=COMEBACK_S)
+        "--bookie-conf", str(bookie_conf), "--autorecovery-conf", str(ar_conf)], start_timeout_s=COMEBACK_S,
+        submit_conf={"spark.executorEnv.SPARK_BOOKIE_SUBMIT_MARK": MARK})
     try:
         sb.start()
         yield sb
@@ -162,6 +165,15 @@ def test_three_executor_hosted_bookies_register(cluster: SparkSandbox) -> None:
     assert all(s["autorecovery"] == "worker" for s in st.values())  # a replication worker beside each bookie
     assert (store.current_auditor() or "").startswith("driver:")
     assert all(s["executor_pid"] and pid_alive(s["executor_pid"]) for s in st.values())
+    # spark-submit's master and --conf reached the application (they did not before: local mode,
+    # every bookie a Python worker of the driver's own JVM): an application of local-cluster, and
+    # each bookie in an executor JVM of its own whose environment carries the --conf'd variable.
+    assert all(s["app_id"] and not s["app_id"].startswith("local-") for s in st.values())
+    for s in st.values():
+        cmdline = Path(f"/proc/{s['executor_pid']}/cmdline").read_bytes().split(b"\0")
+        assert b"org.apache.spark.executor.CoarseGrainedExecutorBackend" in cmdline
+        environ = Path(f"/proc/{s['executor_pid']}/environ").read_bytes().split(b"\0")
+        assert f"SPARK_BOOKIE_SUBMIT_MARK={MARK}".encode() in environ
     for k, s in st.items():
         assert s["bookie_id"] == f"127.0.0.1:{cluster.base_port + k}"
         assert store.bookie_info(s["bookie_id"])["network_location"] == "/127.0.0.1"
