@@ -31,7 +31,7 @@ from .add_listener import AddListener, start_add_listener
 from .checkpoint import Checkpointer
 from .config import BookieConfig
 from .cookie import Cookie, normalize_dirs, verify_or_create
-from .disk import DiskMonitor, DiskState
+from .disk import DiskMonitor, DiskState, LedgerDiskRoom
 from .errors import StartupError
 from .processor import RequestProcessor
 from .server import BookieServicer, grpc_options
@@ -86,14 +86,19 @@ class Bookie:
         self._add_server: AddListener | None = None
         self.add_port = 0  # the TCP add listener's port once started (config.add_port 0 = OS-picked)
         self._executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="bookie-read")
-        self._disk = DiskMonitor(self.ledger_dirs + self.journal_dirs,
-                                 DiskState(config.disk_usage_threshold, config.disk_usage_lwm),
-                                 config.disk_check_interval_ms, self._on_read_only_change)
         self.storage = LedgerStorage(
             self.ledger_dirs[0], write_cache_bytes_max=config.write_cache_bytes_max,
             read_cache_bytes_max=config.read_cache_bytes_max,
             entry_log_size_bytes_max=config.entry_log_size_bytes_max,
-            entry_log_block_bytes=config.entry_log_block_bytes, compression=config.compression)
+            entry_log_block_bytes=config.entry_log_block_bytes, compression=config.compression,
+            index_reserve_bytes=config.min_usable_index_bytes)
+        reserve = config.min_usable_index_bytes + config.min_usable_entry_log_bytes
+        storage = self.storage
+        self._disk = DiskMonitor(self.ledger_dirs + self.journal_dirs,
+                                 DiskState(config.disk_usage_threshold, config.disk_usage_lwm, reserve),
+                                 config.disk_check_interval_ms, self._on_read_only_change,
+                                 room=LedgerDiskRoom(tuple(self.ledger_dirs), reserve, storage.unflushed_bytes,
+                                                     lambda: storage.flushed_bytes_total))
         self.journal = Journal(
             self.journal_dirs[0], group_commit_wait_ms=config.group_commit_wait_ms,
             group_commit_bytes_max=config.group_commit_bytes_max,
@@ -165,11 +170,11 @@ class Bookie:
             log.info("new bookie %s: cookies written", self.bookie_id)
         self.storage.open()
         self._checkpointer = Checkpointer(self.storage, self.journal, self.ledger_dirs[0],
-                                          self.config.flush_interval_ms)
+                                          self.config.flush_interval_ms, self._disk.check_soon)
         replayed = self._checkpointer.replay()
         log.info("replayed %d journal records", replayed)
         self.journal.start()
-        self._checkpointer.checkpoint()
+        self._checkpointer.try_checkpoint()  # a full disk defers it: start read-only, serving reads
         self._checkpointer.start()
         self._disk.start()
         self._start_server()
@@ -197,7 +202,8 @@ class Bookie:
             try:
                 server = grpc.aio.server(options=grpc_options(self.config.grpc_message_bytes_max))
                 processor = RequestProcessor(self.config, self.storage, self.journal, loop,
-                                             self._executor, lambda: self._disk.read_only)
+                                             self._executor, lambda: self._disk.read_only,
+                                             self._disk.has_room)
                 pb_grpc.add_BookieServicer_to_server(BookieServicer(
                     processor, self.bookie_id, list(self.ledger_dirs),
                     self.config.in_flight_adds_per_stream_max, lambda: self._disk.read_only,

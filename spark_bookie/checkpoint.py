@@ -13,11 +13,12 @@ import os
 import random
 import struct
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import google_crc32c
 
-from .errors import CorruptDataError
+from .errors import CorruptDataError, DiskFullError
 from .storage.files import fsync_dir
 from .storage.journal import Journal, JournalPosition, JournalRecord, RecordType
 from .storage.ledger_storage import LedgerStorage
@@ -55,8 +56,12 @@ def write_mark(ledger_dir: str | Path, mark: JournalPosition) -> None:
 
 class Checkpointer:
     def __init__(self, storage: LedgerStorage, journal: Journal, ledger_dir: str | Path,
-                 flush_interval_ms: int) -> None:
+                 flush_interval_ms: int, on_disk_full: Callable[[], None] = lambda: None) -> None:
+        """``on_disk_full`` is called when a flush was refused for lack of space (the disk
+        monitor then turns the bookie read-only without waiting for its next check)."""
         self._storage = storage
+        self._on_disk_full = on_disk_full
+        self._full = False
         self._journal = journal
         self._dir = Path(ledger_dir)
         self._interval_s = flush_interval_ms / 1000.0
@@ -80,7 +85,15 @@ class Checkpointer:
             log.info("replay: skipping %s of deleted ledger %d", rec.type.name, rec.ledger_id)
             return
         if rec.type == RecordType.ADD:
-            s.add_entry(rec.ledger_id, rec.entry_id, rec.payload)
+            if s.entry_location(rec.ledger_id, rec.entry_id) is not None:
+                # Already in an entry log: a flush the cache's size forced between checkpoints
+                # does not move the mark. Re-adding it would write it twice, and on a full disk
+                # ask for room the data already has.
+                return
+            try:
+                s.add_entry(rec.ledger_id, rec.entry_id, rec.payload)
+            except DiskFullError:
+                pass  # the entry is in the write cache; the journal keeps it until a flush fits
         elif rec.type == RecordType.FENCE:
             s.set_fenced(rec.ledger_id)
         elif rec.type == RecordType.EXPLICIT_LAC:
@@ -103,6 +116,23 @@ class Checkpointer:
                     log.debug("removed journal files %s", [p.name for p in removed])
             return mark
 
+    def try_checkpoint(self) -> bool:
+        """checkpoint(), except that a flush refused for lack of space is not an error: the
+        entries stay in the write cache and in the journal (the mark does not move), reads are
+        served from the cache, and the next checkpoint tries again. Logged once per episode."""
+        try:
+            self.checkpoint()
+        except DiskFullError as e:
+            if not self._full:
+                log.warning("checkpoint deferred: %s; the journal keeps everything since the last mark", e)
+            self._full = True
+            self._on_disk_full()
+            return False
+        if self._full:
+            log.info("checkpoint: the write cache fits on the ledger disk again")
+        self._full = False
+        return True
+
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="bookie-sync", daemon=True)
         self._thread.start()
@@ -117,7 +147,7 @@ class Checkpointer:
             if waited >= self._interval_s or self._storage.needs_flush():
                 waited = 0.0
                 try:
-                    self.checkpoint()
+                    self.try_checkpoint()
                 except Exception:
                     log.exception("checkpoint failed")
 

@@ -59,6 +59,12 @@ class BookieConfig:
     disk_usage_threshold: float = 0.95          # above this fraction used: read-only
     disk_usage_lwm: float = 0.90                # below this fraction used: writable again
     disk_check_interval_ms: int = 1_000
+    # Space a full ledger disk must still have (BookKeeper's minUsableSizeForIndexFileCreation and
+    # minUsableSizeForEntryLogCreation): entry logs never write into the index's reserve, so the
+    # index can flush, compact and be opened after a crash; adds stop while a flush would leave
+    # less than both reserves free (read-only), and resume at twice that and below disk_usage_lwm.
+    min_usable_index_bytes: int = 8 * 1024 * 1024
+    min_usable_entry_log_bytes: int = 4 * 1024 * 1024
     # ---- garbage collection
     gc_interval_ms: int = 60_000
     gc_compaction_ratio_threshold: float = 0.5  # compact entry logs with less than this live fraction
@@ -85,6 +91,8 @@ class BookieConfig:
             problems.append(f"compression must be one of {COMPRESSION_CHOICES}, not {self.compression!r}")
         if not (0 < self.disk_usage_lwm <= self.disk_usage_threshold <= 1.0):
             problems.append("need 0 < disk_usage_lwm <= disk_usage_threshold <= 1")
+        if self.min_usable_index_bytes < 0 or self.min_usable_entry_log_bytes < 0:
+            problems.append("min_usable_index_bytes and min_usable_entry_log_bytes must be >= 0")
         if self.entry_size_bytes_max + 1024 > self.grpc_message_bytes_max:
             problems.append("grpc_message_bytes_max must exceed entry_size_bytes_max")
         if not (0.0 <= self.gc_compaction_ratio_threshold < 1.0):

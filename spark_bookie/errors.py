@@ -57,6 +57,11 @@ class StorageIOError(BookieError):
     status = pb.EIO
 
 
+class DiskFullError(StorageIOError):
+    """A flush would eat into the space reserved for the index: refused, nothing moved (the
+    entries stay in the write cache and the journal)."""
+
+
 class CorruptDataError(StorageIOError):
     """Stored bytes do not match their checksum."""
 

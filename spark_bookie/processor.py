@@ -55,8 +55,11 @@ T = TypeVar("T")
 class RequestProcessor:
     def __init__(self, config: BookieConfig, storage: LedgerStorage, journal: Journal,
                  loop: asyncio.AbstractEventLoop, executor: Executor,
-                 read_only: Callable[[], bool]) -> None:
+                 read_only: Callable[[], bool], has_room: Callable[[int], bool] = lambda _n: True) -> None:
+        """``has_room(nbytes)``: whether adds of that many bytes still fit on the ledger disk
+        (DiskMonitor.has_room: their flush must leave the reserves free)."""
         self._cfg = config
+        self._has_room = has_room
         self._storage = storage
         self._journal = journal
         self._loop = loop
@@ -182,9 +185,9 @@ class RequestProcessor:
         before: the caller answers the whole batch EIO.
         """
         groups = add_groups(batch)
-        if self._read_only():
+        if self._read_only() or not self._has_room(sum(sum(map(len, g.bodies)) for g in groups)):
             _answer_now(reply, flush, [], [f for g in groups for f in group_failures(
-                g, pb.EREADONLY, "bookie is read-only (disk usage above threshold)")])
+                g, pb.EREADONLY, "bookie is read-only (disk usage above threshold, or its reserves reached)")])
             return
         failures: list[pb.AddResponse] = []
         records: list[JournalRecord] = []

@@ -15,18 +15,21 @@ one flush's locations, ledger states and log accounting become durable together 
 
 from __future__ import annotations
 
+import logging
 import os
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from rocksdict import Options, Rdict, WriteBatch, WriteOptions
+from rocksdict import AccessType, Options, Rdict, WriteBatch, WriteOptions
 
 from ledger_client.protocol.checks import invariant
-from spark_bookie.errors import CorruptDataError, StorageIOError
+from spark_bookie.errors import CorruptDataError, DiskFullError, StorageIOError
 from spark_bookie.storage.entry_log import Location
 from spark_bookie.storage.files import fsync_dir
+
+log = logging.getLogger(__name__)
 
 _ENTRY = b"E"
 _LEDGER = b"L"
@@ -154,25 +157,61 @@ class LedgerIndex:
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         self._db: Rdict | None = None
+        self._retired: list[Rdict] = []
+        self.read_only = False
         self._unsynced = WriteOptions()  # see write(): the WAL is synced outside rocksdict
         self._unsynced.sync = False
 
-    def open(self) -> None:
-        self.path.mkdir(parents=True, exist_ok=True)
+    def _options(self) -> Options:
         opts = Options(raw_mode=True)
         opts.create_if_missing(True)
         opts.set_keep_log_file_num(2)
         opts.set_max_total_wal_size(64 << 20)
+        return opts
+
+    def open(self) -> None:
+        """Open read-write; on a disk with no space left, read-only instead.
+
+        Opening read-write replays the WAL into a new table file, which needs space. A bookie
+        keeps the index's reserve free (LedgerStorage.index_reserve_bytes), but someone else may
+        have taken it: then the index opens read-only (RocksDB replays the WAL into memory) so
+        the bookie can still start and serve reads; `reopen_writable` retries once space is back."""
+        self.path.mkdir(parents=True, exist_ok=True)
         try:
-            self._db = Rdict(str(self.path), opts)
+            self._db = Rdict(str(self.path), self._options())
+            self.read_only = False
+            return
         except Exception as exc:  # rocksdict raises plain Exception subclasses
-            raise StorageIOError(f"cannot open ledger index {self.path}: {exc}") from exc
+            if "No space left" not in str(exc):
+                raise StorageIOError(f"cannot open ledger index {self.path}: {exc}") from exc
+            log.warning("ledger index %s: no space to open it read-write (%s); opening it read-only", self.path, exc)
+        try:
+            self._db = Rdict(str(self.path), self._options(), access_type=AccessType.read_only())
+            self.read_only = True
+        except Exception as exc:
+            raise StorageIOError(f"cannot open ledger index {self.path}, not even read-only: {exc}") from exc
+
+    def reopen_writable(self) -> None:
+        """A read-only index (see open) opened read-write; the read-only handle is retired, not
+        closed, as readers may still hold it (closed with the index)."""
+        try:
+            db = Rdict(str(self.path), self._options())
+        except Exception as exc:
+            raise DiskFullError(f"ledger index {self.path} still cannot be opened read-write: {exc}") from exc
+        if self._db is not None:
+            self._retired.append(self._db)
+        self._db, self.read_only = db, False
+        log.info("ledger index %s is writable again", self.path)
 
     def close(self) -> None:
         db, self._db = self._db, None
         if db is not None:
-            db.flush(True)
+            if not self.read_only:
+                db.flush(True)
             db.close()
+        for old in self._retired:
+            old.close()
+        self._retired.clear()
 
     @property
     def db(self) -> Rdict:
@@ -234,6 +273,8 @@ class LedgerIndex:
         """
         if not len(batch):
             return
+        if self.read_only:
+            raise DiskFullError(f"ledger index {self.path} is open read-only (its disk was full at start)")
         try:
             self.db.write(batch._wb, self._unsynced)
             self._sync_wal()

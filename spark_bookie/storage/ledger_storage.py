@@ -22,7 +22,9 @@ LAC) are memory-only until the next flush; the journal covers them in between.
 
 from __future__ import annotations
 
+import logging
 import random
+import shutil
 import threading
 import time
 from collections.abc import Iterable, Sequence
@@ -30,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ledger_client.protocol.checks import invariant
-from spark_bookie.errors import NoEntryError, NoLedgerError, StorageIOError
+from spark_bookie.errors import DiskFullError, NoEntryError, NoLedgerError, StorageIOError
 from spark_bookie.storage.caches import ReadCache, WriteCache
 from spark_bookie.storage.entry_log import (
     DecodedBlock,
@@ -43,6 +45,9 @@ from spark_bookie.storage.entry_log import (
 from spark_bookie.storage.index import IndexBatch, LedgerIndex, LedgerState
 
 _ID_MAX = (1 << 63) - 1
+
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,12 +76,18 @@ class LedgerStorage:
         entry_log_size_bytes_max: int = 512 << 20,
         entry_log_block_bytes: int = 64 << 10,
         compression: str = "none",
+        index_reserve_bytes: int = 0,
     ) -> None:
+        """``index_reserve_bytes``: a flush that would leave less than this free on the ledger
+        disk is refused (DiskFullError): the index must always be able to flush, compact and be
+        opened again after a crash (BookKeeper's minUsableSizeForIndexFileCreation)."""
         if write_cache_bytes_max <= 0:
             raise ValueError("write_cache_bytes_max must be positive")
         self.ledger_dir = Path(ledger_dir)
         self.current_dir = self.ledger_dir / "current"
         self.write_cache_bytes_max = write_cache_bytes_max
+        self.index_reserve_bytes = index_reserve_bytes
+        self.flushed_bytes_total = 0  # entry-log bytes written by flushes (the disk monitor's count)
         self._index = LedgerIndex(self.current_dir / "index")
         self._log = EntryLogger(
             self.current_dir,
@@ -118,6 +129,8 @@ class LedgerStorage:
             return
         try:
             self.flush()
+        except DiskFullError as exc:  # the journal keeps what the write cache held
+            log.warning("closing without a last flush: %s", exc)
         finally:
             self._open = False
             try:
@@ -244,12 +257,36 @@ class LedgerStorage:
     def write_cache_bytes(self) -> int:
         return self._active.size_bytes
 
+    def unflushed_bytes(self) -> int:
+        """What the write cache holds, including a flush under way."""
+        flushing = self._flushing
+        return self._active.size_bytes + (flushing.size_bytes if flushing is not None else 0)
+
+    def _check_room(self, nbytes: int) -> None:
+        """DiskFullError unless writing ``nbytes`` leaves the index reserve free, and the index is
+        writable (one opened read-only on a full disk is reopened once the reserve is free)."""
+        if not self.index_reserve_bytes and not self._index.read_only:
+            return
+        try:
+            free = shutil.disk_usage(self.current_dir).free
+        except OSError as exc:
+            raise StorageIOError(f"cannot stat {self.current_dir}: {exc}") from exc
+        # Block headers and the index batch come on top of the entries: a generous margin.
+        need = nbytes + nbytes // 32 + (1 << 20)
+        if free - need < self.index_reserve_bytes:
+            raise DiskFullError(f"flushing {nbytes} bytes would leave {free - need} of {free} free bytes on "
+                                f"{self.current_dir}, below the index reserve of {self.index_reserve_bytes}")
+        if self._index.read_only:
+            self._index.reopen_writable()
+
     def flush(self) -> None:
         """Write cache -> entry log (fsync) -> index (synced batch). Thread-safe w.r.t. adds and reads."""
         with self._flush_lock:
             self._require_open()
             with self._state_lock:
                 cache = self._active
+                if cache or self._index.read_only:
+                    self._check_room(cache.size_bytes)  # before anything moves: refused, nothing changes
                 dirty = {lid: self._states[lid].encode() for lid in self._dirty if lid in self._states}
                 self._dirty = set()
                 if not cache and not dirty:
@@ -261,6 +298,7 @@ class LedgerStorage:
             paced = cache.size_bytes < self.write_cache_bytes_max // 2
             try:
                 self._write_out(cache, dirty, paced)
+                self.flushed_bytes_total += cache.size_bytes
             except BaseException:
                 self._restore(cache, dirty)
                 raise

@@ -72,6 +72,51 @@ def test_disk_state_has_hysteresis():
     assert s.update(0.79) and not s.read_only
 
 
+def test_disk_state_counts_the_reserves_in_bytes():
+    """A small disk fills from under the threshold to 100% in one flush: what decides is the
+    headroom left once the write cache is flushed, against the reserves (twice them to return)."""
+    s = DiskState(threshold=0.95, lwm=0.90, reserve_bytes=12 << 20)
+    assert not s.update(0.5, 40 << 20) and not s.read_only
+    assert s.update(0.5, (12 << 20) - 1) and s.read_only          # far below the threshold, yet full
+    assert not s.update(0.5, 20 << 20) and s.read_only            # above the reserve, below twice it
+    assert s.update(0.5, 24 << 20) and not s.read_only
+    assert s.update(0.96, 100 << 20) and s.read_only               # the fraction still counts
+    assert s.update(0.5, None) and not s.read_only                 # no byte count: the fraction decides
+
+
+def test_disk_monitor_refuses_an_add_its_flush_could_not_take_and_turns_read_only():
+    from spark_bookie.disk import DiskMonitor, LedgerDiskRoom
+
+    cache = {"bytes": 0}
+    flushed = {"bytes": 0}
+    changes: list[bool] = []
+    free = {"bytes": 40 << 20}
+    room = LedgerDiskRoom(("/",), 12 << 20, lambda: cache["bytes"], lambda: flushed["bytes"])
+    mon = DiskMonitor(["/"], DiskState(0.95, 0.90, 12 << 20), 60_000, changes.append,
+                      measure=lambda _d: (0.5, free["bytes"], 64 << 20), room=room)
+    import spark_bookie.disk as disk_mod
+
+    orig = disk_mod.free_bytes
+    disk_mod.free_bytes = lambda _dirs: free["bytes"]
+    try:
+        mon.check_once()
+        assert mon.has_room(1 << 20)
+        cache["bytes"] = 27 << 20                  # 27 MiB waiting: 13 MiB headroom, 1 MiB above the reserve
+        assert mon.has_room((1 << 20) - 1) and not mon.has_room((1 << 20) + 1)
+        mon.check_once()                           # what check_soon asked for: read-only now
+        assert changes == [True] and mon.read_only and not mon.has_room(1)
+        flushed["bytes"] = cache["bytes"]          # a flush moved it to disk: free shrank, cache emptied
+        free["bytes"] -= cache["bytes"]
+        cache["bytes"] = 0
+        mon.check_once()
+        assert mon.read_only                       # 13 MiB headroom: above the reserve, not twice it
+        free["bytes"] += 20 << 20                  # someone freed space
+        mon.check_once()
+        assert changes == [True, False] and mon.has_room(1 << 20)
+    finally:
+        disk_mod.free_bytes = orig
+
+
 class _Cookies:
     def __init__(self) -> None:
         self.data: dict[str, tuple[bytes, int]] = {}

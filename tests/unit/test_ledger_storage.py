@@ -523,3 +523,25 @@ def test_a_flush_the_cache_size_forced_is_not_paced(tmp_path: Path, monkeypatch:
         assert all(s.get_entry(1, e) == body(1, e, 1024) for e in range(4000))
     finally:
         s.close()
+
+
+def test_flush_that_would_eat_the_index_reserve_is_refused_and_loses_nothing(tmp_path: Path) -> None:
+    import shutil
+
+    from spark_bookie.errors import DiskFullError
+
+    free = shutil.disk_usage(tmp_path).free
+    s = LedgerStorage(tmp_path / "ledgers", index_reserve_bytes=free)   # more than can ever be left
+    s.open()
+    try:
+        s.set_master_key(1, b"k")
+        s.add_entry(1, 0, b"x" * 1000)
+        with pytest.raises(DiskFullError):
+            s.flush()
+        assert s.get_entry(1, 0) == b"x" * 1000 and s.unflushed_bytes() > 0 and s.flushed_bytes_total == 0
+        assert s.entry_location(1, 0) is None
+        s.index_reserve_bytes = 0
+        s.flush()
+        assert s.unflushed_bytes() == 0 and s.flushed_bytes_total > 0 and s.entry_location(1, 0) is not None
+    finally:
+        s.close()
