@@ -49,7 +49,9 @@ class _StripedScan:
         self.plan = StripedRead(first, last, md.ensemble_size, md.write_quorum_size,
                                 rotation=h.next_rotation(), chunk_entries=max(1, cfg.read_batch_entries_max))
         self.checker = BodyChecker(h.ledger_id, md.digest_type, h.digester.password)
-        self.payloads: list[bytes | None] = [None] * (last - first + 1)
+        # Object arrays: a whole answer's payloads go to their (strided) slots in one C-level step.
+        self.payloads = np.empty(last - first + 1, dtype=object)
+        self.filled = np.zeros(last - first + 1, dtype=bool)
         self.answers: queue.SimpleQueue[tuple[int, Any]] = queue.SimpleQueue()
         self.sent: dict[int, _Sent] = {}
         self.todo: list[Ask] = []
@@ -73,7 +75,7 @@ class _StripedScan:
                 self._on_answer(sent.ask, fut)
         if self.plan.failed:
             raise self._error()
-        return self.payloads  # type: ignore[return-value]  # every slot filled once finished without failures
+        return self.payloads.tolist()  # every slot filled: finished without failures
 
     def _launch_some(self) -> None:
         while self.todo and len(self.sent) < self.limit:
@@ -123,11 +125,15 @@ class _StripedScan:
                       resp.detail, len(ids), len(resp.bodies))
             self.todo += self.plan.on_failure(ask, Miss.ERROR)
             return
-        ok, payloads = self.checker.check(ids, resp.bodies)
-        slots = self.payloads
-        for rel, good, p in zip((ids - self.first).tolist(), ok.tolist(), payloads, strict=True):
-            if good and slots[rel] is None:
-                slots[rel] = p
+        # Out of the message once: each access to a repeated bytes field copies every body.
+        ok, payloads = self.checker.check(ids, list(resp.bodies))
+        rel = ids - self.first
+        take = ok & ~self.filled[rel]    # a speculated copy may have come first: keep that one
+        if take.all():
+            self.payloads[rel] = _objects(payloads)
+        else:
+            self.payloads[rel[take]] = _objects(payloads)[take]
+        self.filled[rel[take]] = True
         if not ok.all():
             log.warning("ledger %d: %d entries from %s failed their check; reading other copies",
                         self.h.ledger_id, int((~ok).sum()), bookie)
@@ -141,6 +147,13 @@ class _StripedScan:
         if Miss.CORRUPT in misses:
             return errors.DigestMismatchError(f"{where}: every readable replica failed its digest")
         return errors.ReadError(f"{where} unreadable: {[m.value for m in misses]}")
+
+
+def _objects(items: list[bytes]) -> np.ndarray:
+    """A 1-d object array of ``items`` (np.array would try to make a 2-d one of equal-length bytes)."""
+    out = np.empty(len(items), dtype=object)
+    out[:] = items
+    return out
 
 
 def read_striped(h: ReadHandle, first: int, last: int, bookies: list[str]) -> list[bytes]:
