@@ -3,7 +3,7 @@
 The long-running Spark application whose executors host the bookies (one per executor, in slot
 directories under --data-root) and whose driver runs the auditor and reports health. Also runs as
 ``python jobs/bookie_cluster.py ... --master local-cluster[3,1,1024]``. Everything is in
-:mod:`spark_bookie.cluster_app` (driver) and :mod:`spark_bookie.hosting` (executor tasks); the
+:mod:`spark_bookie.hosting.driver` (driver) and :mod:`spark_bookie.hosting.slots` (executor tasks); the
 arguments are listed by ``--help`` and stay stable (deploy/mesos renders them).
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import sys
 
-from spark_bookie.cluster_app import main
+from spark_bookie.hosting.driver import main
 
 if __name__ == "__main__":
     sys.exit(main())

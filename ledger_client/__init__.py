@@ -8,7 +8,6 @@ package before grpc is loaded.
 from __future__ import annotations
 
 import importlib
-import os
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -23,13 +22,7 @@ if TYPE_CHECKING:
     from .read_handle import ReadHandle
     from .write_handle import WriteHandle
 
-# gRPC's C core installs fork handlers that, while another thread is inside gRPC, can abort a
-# forked child before it execs (absl "Mutex::Fer with pending CondVar"): subprocess.Popen with
-# preexec_fn, e.g. PySpark launching its JVM, then fails ~7% of the time in a process with live
-# bookie streams. Python's gRPC already refuses to be used across fork, so the handlers buy
-# nothing here. The core reads this once, when grpc is first imported: every package of the
-# project that uses grpc imports this one first. An explicit setting by the user wins.
-os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "0")
+from . import protocol as _protocol  # noqa: F401  (first: sets gRPC's fork mode, see there)
 
 _EXPORTS = {
     "AsyncLedgerClient": ".async_client", "AsyncReadHandle": ".async_client",

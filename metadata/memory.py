@@ -28,8 +28,8 @@ from metadata.errors import (
     StoreClosedError,
 )
 from metadata.layout import LAYOUT_TEXT, ZkLayout, is_bucket_name, is_ledger_node_name
-from metadata.memory_underreplication import InMemoryUnderReplication
 from metadata.store import MetadataStore, SessionEvent, SessionListener, SessionWorker, parse_bookie_info
+from metadata.underreplication.memory import InMemoryUnderReplication
 from metadata.watches import BookiesWatchCallback, BookiesWatchState, LedgerWatchCallback, LedgerWatchState
 
 _REREGISTER_RETRY_S = 0.2

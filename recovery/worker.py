@@ -32,7 +32,7 @@ from ledger_client import LedgerClient, errors
 from ledger_client.protocol.framing import Digester
 from ledger_client.recovery import LedgerRecovery
 from metadata import DigestType, LedgerMetadata, MetadataError, MetadataStore, NoNodeError, update_ledger
-from metadata.underreplication_base import UnderReplicationBase
+from metadata.underreplication.base import UnderReplicationBase
 
 from .config import AutoRecoveryConfig
 from .copier import FragmentCopier

@@ -18,7 +18,7 @@ os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 @pytest.fixture(scope="session")
 def zk_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A real embedded ZooKeeper (pyspark's jars) for the whole session; yields host:port."""
-    from spark_bookie.zookeeper import EmbeddedZooKeeper, free_port
+    from spark_bookie.local.zookeeper import EmbeddedZooKeeper, free_port
 
     zk = EmbeddedZooKeeper(free_port(), tmp_path_factory.mktemp("zookeeper"))
     zk.start()
@@ -45,7 +45,7 @@ def seed(request: pytest.FixtureRequest) -> int:
 @pytest.fixture
 def cluster_factory(zk_connect: str, tmp_path: Path) -> Iterator[object]:
     """Build Sandboxes of real bookie processes on the shared ZooKeeper; all stopped at teardown."""
-    from spark_bookie.sandbox import Sandbox
+    from spark_bookie.local.sandbox import Sandbox
 
     made: list[Sandbox] = []
 

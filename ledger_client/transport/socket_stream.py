@@ -1,4 +1,4 @@
-"""Adds to one bookie over its TCP add listener (spark_bookie.add_listener, framing in
+"""Adds to one bookie over its TCP add listener (spark_bookie.server.add_listener, framing in
 ledger_client.protocol.add_framing): the same batches and answers as the gRPC AddStream at a
 fraction of the CPU per message, which is what decides latency when appends arrive one by one.
 

@@ -7,6 +7,9 @@ from __future__ import annotations
 import socket
 
 from ..protocol.add_framing import frame
+from ..protocol.sockets import shutdown
+
+__all__ = ["greet", "shutdown"]
 
 # Keepalive: a bookie host that vanished without a reset ends the connection in ~25 s, so the
 # next add or read opens a new one instead of writing into a dead socket.
@@ -26,13 +29,3 @@ def greet(sock: socket.socket, hello: bytes, bookie_id: str) -> None:
     except OSError:
         sock.close()
         raise
-
-
-def shutdown(sock: socket.socket | None) -> None:
-    """Wake a reader in recv and a sender in sendall on `sock`; a socket already shut is fine."""
-    if sock is None:
-        return
-    try:
-        sock.shutdown(socket.SHUT_RDWR)
-    except OSError:
-        pass

@@ -1,6 +1,6 @@
 """ZooKeeper primitives for the under-replication queue and the auditor election (kazoo).
 
-The protocol is :class:`~metadata.underreplication_base.UnderReplicationBase`; this mixin of
+The protocol is :class:`~metadata.underreplication.base.UnderReplicationBase`; this mixin of
 :class:`~metadata.zk.store.ZkMetadataStore` maps its primitives onto kazoo requests through the
 store's deadline machinery (``_call`` / ``_gather``), translating kazoo's errors into
 :mod:`metadata.errors`. Watch callbacks are handed straight to kazoo: they run on its event thread
@@ -18,7 +18,7 @@ from kazoo import exceptions as kz
 
 from metadata.errors import BadVersionError, MetadataError, NodeExistsError, NoNodeError
 from metadata.store import SessionWorker
-from metadata.underreplication_base import NodeState, NotEmptyError, Op, UnderReplicationBase, Wake
+from metadata.underreplication.base import NodeState, NotEmptyError, Op, UnderReplicationBase, Wake
 
 if TYPE_CHECKING:
     from kazoo.client import KazooClient

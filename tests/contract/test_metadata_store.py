@@ -98,7 +98,7 @@ def wait_until(predicate: Callable[[], bool], timeout_s: float = 30.0, what: str
 @pytest.fixture(scope="module")
 def zk_module(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """One real embedded ZooKeeper for this module (started only if a ZooKeeper test runs)."""
-    from spark_bookie.zookeeper import EmbeddedZooKeeper, free_port
+    from spark_bookie.local.zookeeper import EmbeddedZooKeeper, free_port
 
     with EmbeddedZooKeeper(free_port(), tmp_path_factory.mktemp("zk-contract")) as zk:
         yield zk.connect_string
@@ -638,7 +638,7 @@ def test_memory_connect_factory() -> None:
 
 @pytest.mark.integration
 def test_zk_unreachable_fails_fast() -> None:
-    from spark_bookie.zookeeper import free_port
+    from spark_bookie.local.zookeeper import free_port
 
     started = time.monotonic()
     with pytest.raises(MetadataUnavailableError, match="could not connect"):
@@ -648,7 +648,7 @@ def test_zk_unreachable_fails_fast() -> None:
 
 @pytest.mark.integration
 def test_zk_down_gives_deadline_errors_and_session_survives_short_outage(tmp_path: Path) -> None:
-    from spark_bookie.zookeeper import EmbeddedZooKeeper, free_port
+    from spark_bookie.local.zookeeper import EmbeddedZooKeeper, free_port
 
     zk = EmbeddedZooKeeper(free_port(), tmp_path / "zk", max_session_timeout_ms=60_000)
     zk.start()

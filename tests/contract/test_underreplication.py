@@ -134,8 +134,8 @@ def test_queue_view_serves_listings_until_their_watch_fires(monkeypatch: pytest.
     """The cache behind acquire: a listing is reused until its watch fires, then (stale) only as a
     hint for ``max_stale_s``; a watch firing while a fetch is in flight leaves that fetch stale;
     the leaf buckets' names spell the ledger ids, so leaves are never listed."""
-    from metadata import underreplication_view
-    from metadata.underreplication_view import QueueView
+    from metadata.underreplication import view as underreplication_view
+    from metadata.underreplication.view import QueueView
 
     monkeypatch.setattr(underreplication_view, "EMPTY_FOR_S", 0.0)  # prune candidates at once
     tree = {"/q": ["0000"], "/q/0000": ["0001"], "/q/0000/0001": ["0002"],
@@ -223,7 +223,7 @@ def test_mark_many_creates_merges_and_makes_buckets(backend: Backend, store: Met
 
 def test_a_multi_applies_all_of_a_group_or_none_of_it(backend: Backend, store: MetadataStore) -> None:
     """The primitive under marking and unmarking: groups go together, each atomic."""
-    from metadata.underreplication_base import Op, UnderReplicationBase
+    from metadata.underreplication.base import Op, UnderReplicationBase
 
     assert isinstance(store, UnderReplicationBase)
     root = store.paths.ur_ledgers
@@ -343,7 +343,7 @@ def test_cached_listings_never_hand_out_a_finished_ledger(backend: Backend, stor
     """Acquire works from bucket listings cached between watch events: another session finishing
     ledgers (or marking new ones) must neither make it hand out a ledger whose node is gone nor
     hide a new one."""
-    from metadata.underreplication_base import UnderReplicationBase
+    from metadata.underreplication.base import UnderReplicationBase
 
     assert isinstance(store, UnderReplicationBase)
     other = backend.make()
@@ -533,7 +533,7 @@ def test_closing_the_auditor_store_hands_over(backend: Backend, store: MetadataS
 
 def _votes(store: MetadataStore) -> list[str]:
     """The votes' data via current_auditor's view: who stands, lowest first (test helper)."""
-    from metadata.underreplication_base import UnderReplicationBase
+    from metadata.underreplication.base import UnderReplicationBase
 
     assert isinstance(store, UnderReplicationBase)
     return store._ur_votes()
@@ -573,7 +573,7 @@ def test_memory_outage_raises_and_recovers() -> None:
 
 @pytest.mark.integration
 def test_zk_down_gives_deadline_errors(tmp_path: Path) -> None:
-    from spark_bookie.zookeeper import EmbeddedZooKeeper, free_port
+    from spark_bookie.local.zookeeper import EmbeddedZooKeeper, free_port
 
     zk = EmbeddedZooKeeper(free_port(), tmp_path / "zk", max_session_timeout_ms=60_000)
     zk.start()
@@ -610,8 +610,8 @@ def _answers(call: Callable[[], object]) -> object:
 
 
 def test_record_format_is_versioned_json(backend: Backend, store: MetadataStore) -> None:
-    """Documented in metadata.underreplication_base: operators and other tools read these."""
-    from metadata.underreplication_base import UnderReplicationBase
+    """Documented in metadata.underreplication.base: operators and other tools read these."""
+    from metadata.underreplication.base import UnderReplicationBase
 
     store.mark_underreplicated(8, ["b:2", "b:1"])
     assert isinstance(store, UnderReplicationBase)

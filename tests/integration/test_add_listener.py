@@ -17,7 +17,7 @@ from ledger_client import ClientConfig, DigestType, LedgerClient, errors
 from ledger_client.protocol import bookkeeper_pb2 as pb
 from ledger_client.protocol.add_framing import ADD_HELLO, frame, read_frames
 from ledger_client.transport import BookieClient, StreamLimits
-from spark_bookie.zookeeper import free_port
+from spark_bookie.local.zookeeper import free_port
 
 pytestmark = pytest.mark.integration
 
@@ -167,8 +167,8 @@ def test_stopping_an_in_process_bookie_ends_its_add_connections_at_once(zk_conne
     """Bookie is an importable object (hosted in Spark executors): stop() must close the add
     connections too, or a client would wait out its add timeout on a socket nobody serves."""
     from metadata import connect
-    from spark_bookie.bookie import Bookie
-    from spark_bookie.config import BookieConfig
+    from spark_bookie.server.bookie import Bookie
+    from spark_bookie.server.config import BookieConfig
 
     store = connect(zk_connect)
     store.init_cluster()

@@ -1,4 +1,4 @@
-"""The slot task of the Spark hosting job (spark_bookie.hosting.run_slot), run in a thread without
+"""The slot task of the Spark hosting job (spark_bookie.hosting.slots.run_slot), run in a thread without
 Spark: real ZooKeeper, a real bookie, the stop request, slot reclaiming and a lost slot directory.
 The Spark side (executors, kill -9, retries) is in tests/spark/test_bookie_cluster.py."""
 
@@ -20,7 +20,7 @@ from ledger_client import ClientConfig, LedgerClient
 from metadata import MetadataStore
 from metadata import connect as connect_metadata
 from spark_bookie.errors import ConfigError
-from spark_bookie.hosting import (
+from spark_bookie.hosting.slots import (
     FAILED,
     SERVING,
     STOPPED,
@@ -31,7 +31,7 @@ from spark_bookie.hosting import (
     request_stop,
     run_slot,
 )
-from spark_bookie.zookeeper import free_port
+from spark_bookie.local.zookeeper import free_port
 
 pytestmark = pytest.mark.integration
 
@@ -182,7 +182,7 @@ def test_network_location_from_rack_map_else_template() -> None:
 
 def test_hosting_modules_import_neither_grpc_nor_pyspark() -> None:
     """The pyspark daemon forks the Python workers: grpc may only be imported inside the task."""
-    code = ("import sys, spark_bookie.hosting, spark_bookie.cluster_app, jobs.bookie_cluster; "
+    code = ("import sys, spark_bookie.hosting.slots, spark_bookie.hosting.driver, jobs.bookie_cluster; "
             "print(sorted(m for m in ('grpc', 'pyspark', 'kazoo') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr

@@ -17,7 +17,7 @@ from ledger_client import errors
 from ledger_client.protocol import bookkeeper_pb2 as pb
 from ledger_client.protocol.framing import master_key
 from ledger_client.transport import BookieClient, StreamLimits
-from spark_bookie.zookeeper import free_port
+from spark_bookie.local.zookeeper import free_port
 
 pytestmark = pytest.mark.integration
 

@@ -122,7 +122,7 @@ def test_client_survives_zookeeper_session_expiry(cluster_factory):
 
 def test_zookeeper_unreachable_is_a_clear_error(tmp_path):
     from ledger_client import ClientConfig, LedgerClient
-    from spark_bookie.zookeeper import free_port
+    from spark_bookie.local.zookeeper import free_port
 
     t0 = time.monotonic()
     with pytest.raises(errors.MetadataServiceError):

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from metadata import connect
-from spark_bookie.zookeeper import (
+from spark_bookie.local.zookeeper import (
     EmbeddedZooKeeper,
     JavaNotFoundError,
     PortInUseError,
@@ -114,7 +114,7 @@ def test_pyspark_jars_have_zookeeper() -> None:
 
 
 _FOREGROUND = (
-    "import sys; from spark_bookie.zookeeper import run_foreground; "
+    "import sys; from spark_bookie.local.zookeeper import run_foreground; "
     "sys.exit(run_foreground(int(sys.argv[1]), sys.argv[2]))"
 )
 

@@ -63,7 +63,7 @@ def test_wire_format_answers_carry_the_request_id(cluster_factory):
 def test_more_reads_at_once_than_a_connection_serves_all_get_answers(cluster_factory):
     """Past READS_PER_CONNECTION_MAX reads in flight the bookie stops reading the connection
     (answers of megabytes each must not pile up without bound) and goes on once reads finish."""
-    from spark_bookie.add_listener import READS_PER_CONNECTION_MAX
+    from spark_bookie.server.add_listener import READS_PER_CONNECTION_MAX
 
     _sb, bid = _bookie_holding(cluster_factory, 8, 4, size=20_000)
     n = 3 * READS_PER_CONNECTION_MAX

@@ -150,7 +150,7 @@ def test_errors_exit_2_with_a_message(cluster_factory):
 
 
 def test_zookeeper_unreachable_fails_fast():
-    from spark_bookie.zookeeper import free_port
+    from spark_bookie.local.zookeeper import free_port
 
     start = time.monotonic()
     proc = shell("listledgers", zk=f"127.0.0.1:{free_port()}", timeout=60)

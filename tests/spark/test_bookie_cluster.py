@@ -30,8 +30,8 @@ from ledger_client import ClientConfig, LedgerClient
 from ledger_client.machines.quorum import write_set
 from metadata import MetadataStore
 from metadata import connect as connect_metadata
-from spark_bookie.hosting import FAILED, SERVING, STOPPED, read_slot_statuses
-from spark_bookie.sandbox import SparkSandbox
+from spark_bookie.hosting.slots import FAILED, SERVING, STOPPED, read_slot_statuses
+from spark_bookie.local.sandbox import SparkSandbox
 
 pytestmark = pytest.mark.spark
 
@@ -119,7 +119,7 @@ def cluster(zk_server: str, tmp_path_factory: pytest.TempPathFactory) -> Iterato
     sb = SparkSandbox(root, 3, zk_connect=zk, extra_args=[
         "--zk-session-timeout-ms", "4000", "--heartbeat-interval-s", "1", "--health-interval-s", "5",
         "--bookie-conf", str(bookie_conf), "--autorecovery-conf", str(ar_conf)], start_timeout_s=COMEBACK_S,
-        submit_conf={"spark.executorEnv.SPARK_BOOKIE_SUBMIT_MARK": MARK})
+        submit_conf={"spark.executorEnv.SPARK_BOOKIE_SUBMIT_MARK": MARK}, script=REPO / "jobs" / "bookie_cluster.py")
     try:
         sb.start()
         yield sb
@@ -347,7 +347,7 @@ def test_hosting_job_runs_under_pyspark_35(zk_connect: str, tmp_path: Path) -> N
                       start_timeout_s=COMEBACK_S)
     try:
         sb.start()
-        assert "INFO spark_bookie.cluster_app: Spark 3.5." in sb.driver_log.read_text()
+        assert "INFO spark_bookie.hosting.driver: Spark 3.5." in sb.driver_log.read_text()
         with LedgerClient(zk_connect, config=CLIENT) as client:
             w = client.create_ledger(1, 1, 1, password=PW)
             data = {w.append(payload("spark35", i)): payload("spark35", i) for i in range(20)}

@@ -14,10 +14,10 @@ import pytest
 from ledger_client.protocol import bookkeeper_pb2 as pb
 from ledger_client.protocol.add_framing import frame, read_frames
 from ledger_client.protocol.framing import HEADER
-from spark_bookie.add_connection import AddConnection
-from spark_bookie.config import BookieConfig
 from spark_bookie.errors import StorageIOError
-from spark_bookie.processor import RequestProcessor
+from spark_bookie.server.add_connection import AddConnection
+from spark_bookie.server.config import BookieConfig
+from spark_bookie.server.processor import RequestProcessor
 from spark_bookie.storage.journal import Journal
 from spark_bookie.storage.ledger_storage import LedgerStorage
 

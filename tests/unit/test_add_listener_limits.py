@@ -13,8 +13,8 @@ from collections.abc import Iterator
 import pytest
 
 from ledger_client.protocol.add_framing import ADD_HELLO, frame
-from spark_bookie import add_listener
-from spark_bookie.add_listener import AddListener
+from spark_bookie.server import add_listener
+from spark_bookie.server.add_listener import AddListener
 
 pytestmark = pytest.mark.unit
 BOOKIE = "127.0.0.1:3181"

@@ -20,11 +20,11 @@ from ledger_client.protocol.framing import (
     master_key,
     parse_header,
 )
-from spark_bookie.config import BookieConfig, load_config
-from spark_bookie.cookie import Cookie, verify_or_create
-from spark_bookie.disk import DiskState
 from spark_bookie.errors import ConfigError, CookieError
-from spark_bookie.lac import LacTracker
+from spark_bookie.server.config import BookieConfig, load_config
+from spark_bookie.server.cookie import Cookie, verify_or_create
+from spark_bookie.server.disk import DiskState
+from spark_bookie.server.lac import LacTracker
 
 pytestmark = pytest.mark.unit
 ROOT = Path(__file__).resolve().parents[2]
@@ -85,7 +85,7 @@ def test_disk_state_counts_the_reserves_in_bytes():
 
 
 def test_disk_monitor_refuses_an_add_its_flush_could_not_take_and_turns_read_only():
-    from spark_bookie.disk import DiskMonitor, LedgerDiskRoom
+    from spark_bookie.server.disk import DiskMonitor, LedgerDiskRoom
 
     cache = {"bytes": 0}
     flushed = {"bytes": 0}
@@ -94,7 +94,7 @@ def test_disk_monitor_refuses_an_add_its_flush_could_not_take_and_turns_read_onl
     room = LedgerDiskRoom(("/",), 12 << 20, lambda: cache["bytes"], lambda: flushed["bytes"])
     mon = DiskMonitor(["/"], DiskState(0.95, 0.90, 12 << 20), 60_000, changes.append,
                       measure=lambda _d: (0.5, free["bytes"], 64 << 20), room=room)
-    import spark_bookie.disk as disk_mod
+    import spark_bookie.server.disk as disk_mod
 
     orig = disk_mod.free_bytes
     disk_mod.free_bytes = lambda _dirs: free["bytes"]
@@ -215,7 +215,7 @@ def test_client_conf_file_documents_every_key_with_its_default():
 def test_free_port_never_hands_out_a_port_twice() -> None:
     """A sandbox asks for every bookie's port before any binds: the same port twice gave two
     bookies one id (the second refused to start over the first's cookie)."""
-    from spark_bookie.zookeeper import free_port, free_port_range
+    from spark_bookie.local.zookeeper import free_port, free_port_range
 
     ports = [free_port() for _ in range(2000)]
     base = free_port_range(5)
@@ -239,7 +239,7 @@ def test_lac_advanced_from_another_thread_wakes_a_long_poll_on_the_loop():
 
 
 def test_steal_share_is_the_hypervisors_part_of_the_host_cpu_time_between_two_readings():
-    from spark_bookie.bench_host import cpu_times, steal_share
+    from spark_bookie.bench.host import cpu_times, steal_share
 
     # user nice system idle iowait irq softirq steal guest guest_nice (guest time is inside user)
     before = [100, 0, 50, 800, 10, 0, 5, 35, 7, 0]

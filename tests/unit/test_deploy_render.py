@@ -25,7 +25,7 @@ from referencing import Registry, Resource
 from referencing.jsonschema import DRAFT4
 
 from metadata.layout import parse_connect_string
-from spark_bookie.deploy_render import OPTIONS_SCHEMA, default_options, render_group, resolve_options
+from spark_bookie.deploy.render import OPTIONS_SCHEMA, default_options, render_group, resolve_options
 from spark_bookie.errors import ConfigError
 
 pytestmark = pytest.mark.unit
@@ -126,7 +126,7 @@ def test_default_options_render_a_valid_group(validators: tuple[Any, Any]) -> No
 
 def _job_args(words: list[str]) -> argparse.Namespace:
     """Parse the hosting job's arguments with the job's own parser, as its driver would."""
-    from spark_bookie.cluster_app import add_arguments
+    from spark_bookie.hosting.config import add_arguments
 
     ap = argparse.ArgumentParser()
     add_arguments(ap)
@@ -152,7 +152,7 @@ def test_driver_initialises_the_cluster_then_runs_the_hosting_job() -> None:
 
 
 def test_driver_arguments_make_a_valid_hosting_config() -> None:
-    from spark_bookie.cluster_app import config_from_args
+    from spark_bookie.hosting.config import config_from_args
 
     for options in ({}, _load(EXAMPLE)):
         run = _apps(render_group(options))["bookie-cluster-driver"]["cmd"].partition(" && ")[2]

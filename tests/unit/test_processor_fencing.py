@@ -15,8 +15,8 @@ import pytest
 
 from ledger_client.protocol import bookkeeper_pb2 as pb
 from ledger_client.protocol.framing import HEADER
-from spark_bookie.config import BookieConfig
-from spark_bookie.processor import MASTER_KEY_BYTES, RequestProcessor
+from spark_bookie.server.config import BookieConfig
+from spark_bookie.server.processor import MASTER_KEY_BYTES, RequestProcessor
 from spark_bookie.storage.journal import Journal, RecordType
 from spark_bookie.storage.ledger_storage import LedgerStorage
 

@@ -1,0 +1,68 @@
+"""What several benchmarks share: the raw disk's own limits (the baselines a journal is measured
+against), percentiles, and CPU time of this or another process."""
+
+from __future__ import annotations
+
+import os
+import resource
+import time
+from pathlib import Path
+
+
+def raw_fsync_per_write(d: Path, writes: int = 2000, size: int = 1024) -> dict[str, float]:
+    """1 KiB write + fdatasync each, into a preallocated file (the best a non-batching journal can do)."""
+    path = d / "raw-fsync.bin"
+    buf = os.urandom(size)
+    fd = os.open(path, os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o644)
+    try:
+        os.posix_fallocate(fd, 0, writes * size)
+        os.fsync(fd)
+        lat = []
+        t0 = time.perf_counter()
+        for _ in range(writes):
+            t = time.perf_counter()
+            os.write(fd, buf)
+            os.fdatasync(fd)
+            lat.append(time.perf_counter() - t)
+        elapsed = time.perf_counter() - t0
+    finally:
+        os.close(fd)
+        path.unlink()
+    return {"writes_per_s": writes / elapsed, "p50_ms": pct(lat, 50), "p99_ms": pct(lat, 99)}
+
+
+def raw_group_commit(d: Path, total_bytes: int = 256 << 20, chunk: int = 1 << 20) -> dict[str, float]:
+    """1 MiB writes + fdatasync each: the disk's group-commit ceiling."""
+    path = d / "raw-group.bin"
+    buf = os.urandom(chunk)
+    fd = os.open(path, os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o644)
+    try:
+        os.posix_fallocate(fd, 0, total_bytes)
+        os.fsync(fd)
+        t0 = time.perf_counter()
+        for _ in range(total_bytes // chunk):
+            os.write(fd, buf)
+            os.fdatasync(fd)
+        elapsed = time.perf_counter() - t0
+    finally:
+        os.close(fd)
+        path.unlink()
+    return {"mb_per_s": total_bytes / elapsed / 1e6}
+
+
+def pct(values: list[float], p: float) -> float:
+    if not values:
+        return float("nan")
+    s = sorted(values)
+    k = min(len(s) - 1, max(0, int(round(p / 100 * (len(s) - 1)))))
+    return s[k] * 1000.0
+
+
+
+def cpu_seconds(pid: int | None = None) -> float:
+    """User + system CPU of this process (pid None) or of another one (from /proc)."""
+    if pid is None:
+        r = resource.getrusage(resource.RUSAGE_SELF)
+        return r.ru_utime + r.ru_stime
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")

@@ -1,0 +1,21 @@
+"""`spark-bookie bench ...`: each benchmark module adds its own sub-command."""
+
+from __future__ import annotations
+
+import argparse
+
+from spark_bookie.bench.append import add_append_parser
+from spark_bookie.bench.bookie import add_bookie_parser
+from spark_bookie.bench.recovery import add_recovery_parser
+from spark_bookie.bench.scan import add_scan_parser
+
+
+def add_bench_parser(p: argparse.ArgumentParser) -> None:
+    sub = p.add_subparsers(dest="bench", required=True)
+    for add in (add_bookie_parser, add_append_parser, add_recovery_parser, add_scan_parser):
+        add(sub)
+
+
+def run_bench(args: argparse.Namespace) -> int:
+    result: int = args.func_bench(args)
+    return result

@@ -1,0 +1,102 @@
+"""`spark-bookie cluster status|stop` and `spark-bookie sandbox --spark`: the Spark-hosted bookie
+cluster seen from outside, through what its driver and slots write in ZooKeeper."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Callable
+
+from metadata import MetadataError, MetadataStore
+from spark_bookie.hosting.health import cluster_health, health_line
+from spark_bookie.hosting.slots import DEFAULT_NAME, STOPPED, app_key, decode_status, request_stop
+
+
+def add_cluster_parser(p: argparse.ArgumentParser, zk_default: str) -> None:
+    sub = p.add_subparsers(dest="cluster_command", required=True)
+    stop = sub.add_parser("stop", help="ask the running bookie-cluster application to stop gracefully")
+    status = sub.add_parser("status", help="the hosting application's driver, slots and health")
+    for q in (stop, status):
+        q.add_argument("--zk", default=zk_default)
+        q.add_argument("--name", default=DEFAULT_NAME, help="the application's --name")
+    stop.add_argument("--wait-s", type=float, default=120.0, help="wait this long for the driver to stop (0: don't)")
+    status.add_argument("--json", action="store_true")
+
+
+def run_cluster(args: argparse.Namespace) -> int:
+    from metadata import connect as connect_md
+
+    try:
+        store = connect_md(args.zk)
+    except MetadataError as e:
+        print(f"spark-bookie: error: cannot reach ZooKeeper at {args.zk}: {e}", file=sys.stderr)
+        return 2
+    try:
+        if args.cluster_command == "stop":
+            return _cluster_stop(store, args.name, args.wait_s)
+        return _cluster_status(store, args.name, args.json)
+    except MetadataError as e:
+        print(f"spark-bookie: error: {e}", file=sys.stderr)
+        return 2
+    finally:
+        store.close()
+
+
+def _cluster_stop(store: MetadataStore, name: str, wait_s: float) -> int:
+    driver = decode_status(store.get_app_data(app_key(name, "driver")))
+    if not driver or driver.get("state") == STOPPED:
+        print(f"spark-bookie: bookie cluster {name!r} is not running", file=sys.stderr)
+        return 1
+    request_stop(store, name, "spark-bookie cluster stop")
+    print(f"stop requested for bookie cluster {name!r} ({driver.get('app_id')})", flush=True)
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        if decode_status(store.get_app_data(app_key(name, "driver"))).get("state") == STOPPED:
+            print("stopped")
+            return 0
+        time.sleep(0.5)
+    if wait_s > 0:
+        print(f"spark-bookie: the driver did not report stopped within {wait_s:g} s", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _cluster_status(store: MetadataStore, name: str, as_json: bool) -> int:
+    driver = decode_status(store.get_app_data(app_key(name, "driver")))
+    wanted = int(driver.get("bookies", 0) or 0)
+    h = cluster_health(store, name, wanted)
+    last = decode_status(store.get_app_data(app_key(name, "health")))
+    h["driver"] = driver
+    h["driver_is_auditor"] = last.get("driver_is_auditor")
+    h["resubmits"] = driver.get("resubmits", 0)
+    if as_json:
+        print(json.dumps(h, indent=2, sort_keys=True))
+        return 0 if driver else 1
+    if not driver:
+        print(f"no bookie cluster {name!r} has run on this ZooKeeper root")
+        return 1
+    age = (h["time_ms"] - int(driver.get("heartbeat_ms", 0))) / 1000
+    print(f"driver: {driver.get('state')} ({driver.get('app_id')} on {driver.get('host')}, pid "
+          f"{driver.get('pid')}, last heartbeat {age:.0f} s ago)")
+    for k, slot in h["slots"].items():
+        print(f"slot {k}: {slot['state']} {slot['bookie_id']}" + (f" ({slot['error']})" if slot["error"] else ""))
+    print(f"health: {health_line(h)}")
+    return 0
+
+
+def run_spark_sandbox(root: str, bookies: int, zk_port: int | None, wait: Callable[[], object]) -> int:
+    """`spark-bookie sandbox --spark`: ZooKeeper + this application on local-cluster[N,1,1024]."""
+    from spark_bookie.local.sandbox import SparkSandbox
+
+    with SparkSandbox(root, bookies, zk_port=zk_port) as sb:
+        print(f"sandbox up (Spark local-cluster[{bookies},1,1024]): ZooKeeper at {sb.connect_string}, "
+              f"bookies {', '.join(sb.bookie_ids)}; driver log {sb.driver_log}", flush=True)
+        print(f"export SPARK_BOOKIE_ZK={sb.connect_string}", flush=True)
+        print("press Ctrl-C to stop", flush=True)
+        wait()
+        print("stopping the bookie cluster (graceful)...", flush=True)
+    return 0
+
+

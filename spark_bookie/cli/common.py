@@ -1,0 +1,51 @@
+"""What every command group of the CLI shares: the default ZooKeeper, logging, the one-line error,
+and waiting for Ctrl-C / SIGTERM."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+import threading
+from types import FrameType
+
+DEFAULT_ZK = "127.0.0.1:2181"
+
+
+def zk_default() -> str:
+    return os.environ.get("SPARK_BOOKIE_ZK", DEFAULT_ZK)
+
+
+def setup_logging(verbose: bool) -> None:
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # kazoo logs every failed reconnect attempt; our own error says what went wrong once.
+    logging.getLogger("kazoo").setLevel(logging.DEBUG if verbose else logging.ERROR)
+
+
+def wait_for_signal() -> int:
+    """Block until SIGTERM or SIGINT; returns the signal number.
+
+    The handler stays installed afterwards: a second Ctrl-C (or a wrapper forwarding the same
+    signal) must not interrupt the clean shutdown that follows and orphan child processes.
+    """
+    got: list[int] = []
+    event = threading.Event()
+
+    def handler(signum: int, _frame: FrameType | None) -> None:
+        if got:
+            print("spark-bookie: already stopping", file=sys.stderr, flush=True)
+        got.append(signum)
+        event.set()
+
+    for s in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(s, handler)
+    while not event.wait(0.5):
+        pass
+    return got[0]
+
+
+def fail(msg: str) -> int:
+    print(f"spark-bookie: error: {msg}", file=sys.stderr)
+    return 2

@@ -1,0 +1,208 @@
+"""`spark-bookie`: run ZooKeeper, bookies, a sandbox cluster, and the benchmarks.
+
+Each subcommand exits non-zero with a one-line message on bad input (bad directory, port in use,
+cookie mismatch, ZooKeeper down) instead of a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import os
+import sys
+from collections.abc import Callable, Sequence
+
+from spark_bookie.cli.common import DEFAULT_ZK, fail, setup_logging, wait_for_signal, zk_default
+
+# ---------------------------------------------------------------------- subcommands
+
+def cmd_zookeeper(args: argparse.Namespace) -> int:
+    from spark_bookie.local.zookeeper import run_foreground
+
+    return run_foreground(args.port, args.data_dir)
+
+
+def cmd_init(args: argparse.Namespace) -> int:
+    from metadata import MetadataError
+    from metadata import connect as connect_metadata
+
+    try:
+        store = connect_metadata(args.zk)
+        try:
+            print(f"cluster initialised: instance id {store.init_cluster()}")
+        finally:
+            store.close()
+    except MetadataError as e:
+        return fail(f"cannot initialise the cluster at {args.zk}: {e}")
+    return 0
+
+
+def cmd_bookie(args: argparse.Namespace) -> int:
+    from spark_bookie.errors import BookieError
+    from spark_bookie.server.bookie import Bookie
+    from spark_bookie.server.config import load_config
+
+    try:
+        cfg = load_config(args.conf, zk_connect=args.zk, port=args.port, host=args.host,
+                          advertised_host=args.advertised_host,
+                          journal_dirs=[args.journal_dir] if args.journal_dir else None,
+                          ledger_dirs=[args.ledger_dir] if args.ledger_dir else None)
+        bookie = Bookie(cfg)
+        bookie.start()
+    except BookieError as e:
+        return fail(str(e))
+    autorecovery = None
+    if cfg.autorecovery_enabled:  # BookKeeper's autoRecoveryDaemonEnabled: auditor candidate + worker
+        from spark_bookie.cli.autorecovery import start_beside_bookie
+
+        try:
+            autorecovery = start_beside_bookie(cfg)
+        except BookieError as e:
+            bookie.stop()
+            return fail(str(e))
+    # This process is the bookie's own: freeze what start-up allocated and collect young objects
+    # less often, so the cyclic GC does not rescan the write cache's bookkeeping on every add burst.
+    gc.freeze()
+    gc.set_threshold(50_000, 20, 20)
+    print(f"bookie {bookie.bookie_id} ready", flush=True)
+    try:
+        wait_for_signal()
+    finally:
+        if autorecovery is not None:
+            autorecovery.stop()
+        bookie.stop()
+    return 0
+
+
+def cmd_sandbox(args: argparse.Namespace) -> int:
+    from spark_bookie.local.sandbox import Sandbox
+
+    root = args.root or os.path.join(os.getcwd(), ".sandbox")
+    if args.spark:
+        if args.demo:
+            return fail("--demo runs with plain bookie processes only (not with --spark)")
+        from spark_bookie.cli.cluster import run_spark_sandbox
+
+        return run_spark_sandbox(root, args.bookies, args.zk_port, wait_for_signal)
+    with Sandbox(root, args.bookies, zk_port=args.zk_port) as sb:
+        print(f"sandbox up: ZooKeeper at {sb.connect_string}, bookies "
+              f"{', '.join(b.bookie_id for b in sb.bookies)}", flush=True)
+        print(f"export SPARK_BOOKIE_ZK={sb.connect_string}", flush=True)
+        if args.demo:
+            from spark_bookie.local.demo import round_trip
+
+            return round_trip(sb)
+        print("press Ctrl-C to stop", flush=True)
+        wait_for_signal()
+    return 0
+
+
+def cmd_cluster(args: argparse.Namespace) -> int:
+    from spark_bookie.cli.cluster import run_cluster
+
+    return run_cluster(args)
+
+
+def cmd_autorecovery(args: argparse.Namespace) -> int:
+    from spark_bookie.cli.autorecovery import run_autorecovery
+
+    return run_autorecovery(args)
+
+
+def cmd_shell(args: argparse.Namespace) -> int:
+    from spark_bookie.cli.shell import run_shell
+
+    return run_shell(args)
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from spark_bookie.cli.bench import run_bench
+
+    return run_bench(args)
+
+
+def cmd_deploy(args: argparse.Namespace) -> int:
+    from spark_bookie.deploy.render import run_render
+
+    return run_render(args)
+
+
+# ---------------------------------------------------------------------- parser
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="spark-bookie", description=__doc__)
+    ap.add_argument("-v", "--verbose", action="store_true")
+    sub = ap.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("zookeeper", help="run the embedded ZooKeeper (loopback) in the foreground")
+    p.add_argument("--port", type=int, default=2181)
+    p.add_argument("--data-dir", required=True)
+    p.set_defaults(func=cmd_zookeeper)
+
+    p = sub.add_parser("init", help="create the cluster layout in ZooKeeper (idempotent)")
+    p.add_argument("--zk", default=zk_default())
+    p.set_defaults(func=cmd_init)
+
+    p = sub.add_parser("bookie", help="run one bookie in the foreground")
+    p.add_argument("--zk", default=None,
+                   help=f"ZooKeeper connect string (default $SPARK_BOOKIE_ZK or {DEFAULT_ZK})")
+    p.add_argument("--port", type=int, default=None)
+    p.add_argument("--host", default=None, help="address to bind (default 127.0.0.1)")
+    p.add_argument("--advertised-host", default=None, help="host part of the bookie id")
+    p.add_argument("--journal-dir", default=None)
+    p.add_argument("--ledger-dir", default=None)
+    p.add_argument("--conf", default=None, help="TOML configuration file (see conf/bookie.toml)")
+    p.set_defaults(func=cmd_bookie)
+
+    p = sub.add_parser("sandbox", help="embedded ZooKeeper + N bookie processes on this machine")
+    p.add_argument("--bookies", type=int, default=3)
+    p.add_argument("--root", default=None, help="data directory (default ./.sandbox)")
+    p.add_argument("--zk-port", type=int, default=None)
+    p.add_argument("--demo", action="store_true", help="run the round-trip demo, then stop")
+    p.add_argument("--spark", action="store_true",
+                   help="host the bookies in Spark executors (jobs/bookie_cluster.py on local-cluster[N,1,1024])")
+    p.set_defaults(func=cmd_sandbox)
+
+    from spark_bookie.cli.cluster import add_cluster_parser
+
+    p = sub.add_parser("cluster", help="the Spark-hosted bookie cluster: `cluster stop`, `cluster status`")
+    add_cluster_parser(p, zk_default=zk_default())
+    p.set_defaults(func=cmd_cluster)
+
+    from spark_bookie.cli.autorecovery import add_autorecovery_parser
+
+    p = sub.add_parser("autorecovery", help="auditor candidate + replication worker in the foreground")
+    add_autorecovery_parser(p, zk_default=zk_default())
+    p.set_defaults(func=cmd_autorecovery)
+
+    from spark_bookie.cli.shell import add_shell_parser
+
+    p = sub.add_parser("shell", help="inspect and test the cluster (listbookies, readledger, ...)")
+    add_shell_parser(p, zk_default=zk_default())
+    p.set_defaults(func=cmd_shell)
+
+    from spark_bookie.cli.bench import add_bench_parser
+
+    p = sub.add_parser("bench", help="benchmarks against same-run baselines")
+    add_bench_parser(p)
+    p.set_defaults(func=cmd_bench)
+
+    from spark_bookie.deploy.render import add_deploy_parser
+
+    p = sub.add_parser("deploy", help="deployment artefacts: `deploy render` writes the Marathon group (DC/OS)")
+    add_deploy_parser(p)
+    p.set_defaults(func=cmd_deploy)
+    return ap
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    setup_logging(args.verbose)
+    if args.command == "bookie" and args.zk is None:
+        args.zk = zk_default()
+    func: Callable[[argparse.Namespace], int] = args.func
+    return func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Deployment artefacts: the Marathon group for DC/OS (`render`)."""

@@ -1,0 +1,54 @@
+"""The Spark-hosted cluster's health as the driver logs it and `spark-bookie cluster status` prints it."""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from metadata import MetadataError, MetadataStore
+from spark_bookie.hosting.slots import SERVING, read_slot_statuses
+
+log = logging.getLogger(__name__)
+
+
+def _underreplication_view(store: MetadataStore) -> tuple[int | None, str | None]:
+    """(number of under-replicated ledgers, current auditor); None where it cannot be read."""
+    try:
+        return len(store.list_underreplicated()), store.current_auditor()
+    except MetadataError as e:  # health reporting must never take the driver down
+        log.debug("under-replication view unavailable: %s", e)
+        return None, None
+
+
+def cluster_health(store: MetadataStore, name: str, wanted: int, *, is_auditor: bool | None = None,
+                   resubmits: int = 0) -> dict[str, Any]:
+    """The cluster as the driver sees it (also what `spark-bookie cluster status` prints)."""
+    slots = read_slot_statuses(store, name)
+    ur, auditor = _underreplication_view(store)
+    return {
+        "time_ms": int(time.time() * 1000),
+        "bookies_wanted": wanted,
+        "slots_serving": sum(1 for s in slots.values() if s.get("state") == SERVING),
+        "slots": {str(k): {"state": s.get("state"), "bookie_id": s.get("bookie_id"), "error": s.get("error", "")}
+                  for k, s in sorted(slots.items())},
+        "writable": store.list_bookies(),
+        "readonly": store.list_bookies(readonly=True),
+        "under_replicated": ur,
+        "auditor": auditor,
+        "driver_is_auditor": is_auditor,
+        "resubmits": resubmits,
+    }
+
+
+def health_line(h: dict[str, Any]) -> str:
+    failed = {k: s["error"] for k, s in h["slots"].items() if s.get("error")}
+    ur = "?" if h.get("under_replicated") is None else h["under_replicated"]
+    line = (f"{h['slots_serving']}/{h['bookies_wanted']} slots serving; bookies {len(h['writable'])} writable, "
+            f"{len(h['readonly'])} read-only; under-replicated ledgers {ur}; auditor {h.get('auditor')} "
+            f"(the driver: {h.get('driver_is_auditor')}); job resubmits {h.get('resubmits', 0)}")
+    if failed:
+        line += "; failing slots: " + "; ".join(f"{k}: {v}" for k, v in failed.items())
+    return line
+
+

@@ -1,0 +1,376 @@
+"""A whole cluster on one machine: embedded ZooKeeper plus N real bookie processes.
+
+BookKeeper's `localbookie`. Used by `spark-bookie sandbox`, by the README's main command and by
+the integration tests, which kill bookies with SIGKILL and restart them on the same directories.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from metadata import MetadataStore
+from metadata import connect as connect_metadata
+from spark_bookie.local.zookeeper import EmbeddedZooKeeper, free_port, free_port_range
+
+log = logging.getLogger(__name__)
+
+
+def _toml_value(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (int, float)):
+        return repr(v)
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    return '"' + str(v).replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def write_conf(path: Path, settings: dict[str, Any]) -> Path:
+    path.write_text("[bookie]\n" + "".join(f"{k} = {_toml_value(v)}\n" for k, v in settings.items()))
+    return path
+
+
+@dataclass
+class BookieProcess:
+    """One `spark-bookie bookie` child process with fixed directories and port."""
+
+    zk: str
+    port: int
+    root: Path
+    settings: dict[str, Any] = field(default_factory=dict)
+    proc: subprocess.Popen[bytes] | None = None
+    _log_offset: int = 0
+
+    @property
+    def bookie_id(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def journal_dir(self) -> Path:
+        return self.root / "journal"
+
+    @property
+    def ledger_dir(self) -> Path:
+        return self.root / "ledgers"
+
+    @property
+    def log_path(self) -> Path:
+        return self.root / "bookie.log"
+
+    def command(self) -> list[str]:
+        self.root.mkdir(parents=True, exist_ok=True)
+        cmd = [sys.executable, "-m", "spark_bookie.cli", "bookie", "--zk", self.zk, "--port", str(self.port),
+               "--journal-dir", str(self.journal_dir), "--ledger-dir", str(self.ledger_dir)]
+        if self.settings:
+            cmd += ["--conf", str(write_conf(self.root / "bookie.toml", self.settings))]
+        return cmd
+
+    def start(self) -> None:
+        if self.alive:  # a second process would fail on the directory lock and orphan this one
+            raise RuntimeError(f"bookie {self.bookie_id} is still running (pid {self.proc.pid if self.proc else '?'}); "
+                               "stop or kill it before starting it again")
+        cmd = self.command()
+        with open(self.log_path, "ab") as logf:
+            self._log_offset = logf.tell()
+            self.proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT,
+                                         stdin=subprocess.DEVNULL, start_new_session=True)
+
+    def wait_registered(self, store: MetadataStore, timeout_s: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.proc is not None and self.proc.poll() is not None:
+                raise RuntimeError(f"bookie {self.bookie_id} exited with {self.proc.returncode}:\n"
+                                   + self.log_tail())
+            # `spark-bookie bookie` prints "ready" after registering; a stale znode of a killed
+            # predecessor must not count, so both the line (from this run) and the node are required.
+            if self._says_ready() and self.bookie_id in (store.list_bookies()
+                                                         + store.list_bookies(readonly=True)):
+                return
+            time.sleep(0.05)
+        raise TimeoutError(f"bookie {self.bookie_id} did not register in {timeout_s}s:\n" + self.log_tail())
+
+    def _says_ready(self) -> bool:
+        try:
+            with open(self.log_path, "rb") as f:
+                f.seek(self._log_offset)
+                return f"bookie {self.bookie_id} ready".encode() in f.read()
+        except OSError:
+            return False
+
+    def log_tail(self, lines: int = 30) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no log)"
+
+    def kill(self, sig: int = signal.SIGKILL) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, sig)
+            self.proc.wait(timeout=30)
+
+    def stop(self, timeout_s: float = 20.0) -> int | None:
+        """SIGTERM and wait (graceful); SIGKILL if it does not exit in time."""
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        return self.proc.returncode
+
+    @property
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+
+class Sandbox:
+    """Embedded ZooKeeper + `bookies` bookie processes under `root`."""
+
+    def __init__(self, root: str | Path, bookies: int = 3, *, zk_port: int | None = None,
+                 zk_connect: str | None = None, bookie_settings: dict[str, Any] | None = None) -> None:
+        """With `zk_connect`, use that (running) ZooKeeper instead of starting an embedded one."""
+        self.root = Path(root)
+        self.zk: EmbeddedZooKeeper | None = None
+        self._zk_connect = zk_connect
+        if zk_connect is None:
+            self.zk = EmbeddedZooKeeper(zk_port or free_port(), self.root / "zookeeper")
+        self.settings = dict(bookie_settings or {})
+        self.bookies: list[BookieProcess] = []
+        self._count = bookies
+        self.store: MetadataStore | None = None
+
+    @property
+    def connect_string(self) -> str:
+        if self.zk is not None:
+            return self.zk.connect_string
+        return self._zk_connect or ""
+
+    def start(self) -> None:
+        self.root.mkdir(parents=True, exist_ok=True)
+        if self.zk is not None:
+            self.zk.start()
+        self.store = connect_metadata(self.connect_string)
+        self.store.init_cluster()
+        for _ in range(self._count):
+            self.add_bookie(wait=False)
+        for b in self.bookies:
+            b.wait_registered(self.store)
+
+    def add_bookie(self, wait: bool = True, **settings: Any) -> BookieProcess:
+        i = len(self.bookies)
+        b = BookieProcess(self.connect_string, free_port(), self.root / f"bookie-{i}",
+                          {**self.settings, **settings})
+        self.bookies.append(b)
+        b.start()
+        if wait and self.store is not None:
+            b.wait_registered(self.store)
+        return b
+
+    def restart(self, b: BookieProcess, wait: bool = True) -> None:
+        b.start()
+        if wait and self.store is not None:
+            b.wait_registered(self.store)
+
+    def stop(self) -> None:
+        for b in self.bookies:
+            try:
+                b.stop()
+            except Exception:
+                log.exception("stopping %s", b.bookie_id)
+        if self.store is not None:
+            self.store.close()
+            self.store = None
+        if self.zk is not None:
+            self.zk.stop()
+
+    def __enter__(self) -> Sandbox:
+        try:
+            self.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+class SparkSandbox:
+    """Embedded ZooKeeper + the bookie-cluster Spark application (spark_bookie.hosting) on
+    ``local-cluster[N,1,1024]``: N executor JVMs, each hosting one bookie (`sandbox --spark`).
+
+    The driver runs as a child process in its own session (so Ctrl-C reaches only us and we stop it
+    gracefully, through the stop request in ZooKeeper); its log is ``<root>/driver.log``.
+    """
+
+    def __init__(self, root: str | Path, bookies: int = 3, *, zk_port: int | None = None,
+                 zk_connect: str | None = None, master: str | None = None, python: str = sys.executable,
+                 extra_args: list[str] | tuple[str, ...] = (), env: dict[str, str] | None = None,
+                 start_timeout_s: float = 300.0, submit_conf: dict[str, str] | None = None,
+                 script: Path | None = None) -> None:
+        """With ``submit_conf`` (possibly empty), the driver is launched the documented way, by
+        ``spark-submit --master M --conf k=v ... jobs/bookie_cluster.py`` (the spark-submit beside
+        ``python``); without, as ``python jobs/bookie_cluster.py --master M``."""
+        self.root = Path(root).absolute()
+        self.submit_conf = submit_conf
+        self.script = script  # the driver's file: the hosting package's launcher unless given
+        self.bookies = bookies
+        self.zk: EmbeddedZooKeeper | None = None
+        self._zk_connect = zk_connect
+        if zk_connect is None:
+            self.zk = EmbeddedZooKeeper(zk_port or free_port(), self.root / "zookeeper")
+        self.master = master or f"local-cluster[{bookies},1,1024]"
+        self.python = python
+        self.extra_args = list(extra_args)
+        self.env = dict(env or {})
+        self.start_timeout_s = start_timeout_s
+        self.base_port = 0
+        self.name = "bookie-cluster"
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.store: MetadataStore | None = None
+
+    @property
+    def connect_string(self) -> str:
+        return self.zk.connect_string if self.zk is not None else (self._zk_connect or "")
+
+    @property
+    def driver_log(self) -> Path:
+        return self.root / "driver.log"
+
+    @property
+    def bookie_ids(self) -> list[str]:
+        return [f"127.0.0.1:{self.base_port + k}" for k in range(self.bookies)]
+
+    def driver_command(self) -> list[str]:
+        from spark_bookie.hosting import launch
+
+        script = self.script or Path(launch.__file__)
+        args = ["--zk", self.connect_string, "--bookies", str(self.bookies), "--data-root", str(self.root / "data"),
+                "--base-port", str(self.base_port), *self.extra_args]
+        if self.submit_conf is None:
+            return [self.python, str(script), *args, "--master", self.master, "--conf", "spark.ui.enabled=false"]
+        conf = {"spark.ui.enabled": "false", **self.submit_conf}
+        confs = [x for k, v in conf.items() for x in ("--conf", f"{k}={v}")]
+        submit = str(Path(self.python).parent / "spark-submit")
+        return [submit, "--master", self.master, *confs, str(script), *args]
+
+    def start(self) -> None:
+        self.root.mkdir(parents=True, exist_ok=True)
+        if self.zk is not None:
+            self.zk.start()
+        self.store = connect_metadata(self.connect_string)
+        self.store.init_cluster()
+        self.base_port = free_port_range(self.bookies)
+        env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": self.python,
+               "PYSPARK_DRIVER_PYTHON": self.python, **self.env}
+        with open(self.driver_log, "ab") as logf:
+            self.proc = subprocess.Popen(self.driver_command(), stdout=logf, stderr=subprocess.STDOUT,
+                                         stdin=subprocess.DEVNULL, env=env, start_new_session=True)
+        self.wait_bookies(self.bookie_ids, self.start_timeout_s)
+
+    def wait_bookies(self, wanted: list[str], timeout_s: float) -> None:
+        """Wait until every bookie in ``wanted`` is registered (writable)."""
+        deadline = time.monotonic() + timeout_s
+        store = self._store()
+        while time.monotonic() < deadline:
+            if self.proc is not None and self.proc.poll() is not None:
+                raise RuntimeError(f"the bookie-cluster driver exited with {self.proc.returncode}:\n"
+                                   + self.log_tail())
+            if set(wanted) <= set(store.list_bookies()):
+                return
+            time.sleep(0.5)
+        raise TimeoutError(f"bookies {wanted} not all registered in {timeout_s:g} s "
+                           f"(registered: {store.list_bookies()}):\n" + self.log_tail())
+
+    def _store(self) -> MetadataStore:
+        if self.store is None:
+            raise RuntimeError("the Spark sandbox is not started")
+        return self.store
+
+    def log_tail(self, lines: int = 40) -> str:
+        try:
+            return "\n".join(self.driver_log.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no driver log)"
+
+    @property
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def stop(self, timeout_s: float = 120.0) -> int | None:
+        """Graceful: the stop request in ZooKeeper, then wait for the driver to exit; SIGTERM, then
+        SIGKILL of its whole process group (driver, Spark JVM, executors) if it does not."""
+        from spark_bookie.hosting.slots import request_stop
+
+        if self.proc is not None and self.proc.poll() is None:
+            try:
+                request_stop(self._store(), self.name, "sandbox stopping")
+            except Exception:
+                log.exception("could not write the stop request; terminating the driver")
+                os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGTERM)
+                try:
+                    self.proc.wait(timeout=20)
+                except subprocess.TimeoutExpired:
+                    os.killpg(self.proc.pid, signal.SIGKILL)
+                    self.proc.wait(timeout=30)
+        self._reap_group()
+        if self.store is not None:
+            self.store.close()
+            self.store = None
+        if self.zk is not None:
+            self.zk.stop()
+        return None if self.proc is None else self.proc.returncode
+
+    def group_members(self) -> list[int]:
+        """Pids still in the driver's process group (driver, Spark JVM, executors, Python workers)."""
+        if self.proc is None:
+            return []
+        pids = []
+        for entry in Path("/proc").iterdir():
+            if entry.name.isdigit():
+                try:
+                    if os.getpgid(int(entry.name)) == self.proc.pid:
+                        pids.append(int(entry.name))
+                except OSError:
+                    continue
+        return pids
+
+    def _reap_group(self, wait_s: float = 10.0) -> None:
+        """After the driver exited, nothing of its process group may stay behind."""
+        if self.proc is None:
+            return
+        deadline = time.monotonic() + wait_s
+        while self.group_members() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        survivors = self.group_members()
+        if survivors:
+            log.warning("killing processes the Spark driver left behind: %s", survivors)
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+    def __enter__(self) -> SparkSandbox:
+        try:
+            self.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

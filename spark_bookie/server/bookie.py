@@ -1,0 +1,355 @@
+"""The bookie as an importable object: start(), stop(), nothing process-global.
+
+A Spark task can host one (no signal handlers, no global state, every thread stopped in stop());
+`spark-bookie bookie` runs one in the foreground. Start-up order follows BookKeeper's Bookie:
+check directories and the port, check cookies, open ledger storage, replay the journal from the
+last checkpoint mark, serve, then register in ZooKeeper (so clients only see a bookie that can
+answer). Stop is the reverse: unregister first, drain, then close storage.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import fcntl
+import json
+import logging
+import os
+import socket
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import IO
+
+import grpc
+
+from ledger_client.protocol import bookkeeper_pb2_grpc as pb_grpc
+from metadata import MetadataError, MetadataStore
+from metadata import connect as connect_metadata
+from spark_bookie.errors import StartupError
+from spark_bookie.server.add_listener import AddListener, start_add_listener
+from spark_bookie.server.checkpoint import Checkpointer
+from spark_bookie.server.config import BookieConfig
+from spark_bookie.server.cookie import Cookie, normalize_dirs, verify_or_create
+from spark_bookie.server.disk import DiskMonitor, DiskState, LedgerDiskRoom
+from spark_bookie.server.processor import RequestProcessor
+from spark_bookie.server.service import BookieServicer, grpc_options
+from spark_bookie.storage.gc import GarbageCollector
+from spark_bookie.storage.journal import Journal
+from spark_bookie.storage.ledger_storage import LedgerStorage
+
+log = logging.getLogger(__name__)
+
+
+def _check_dir(d: str, what: str) -> None:
+    p = Path(d)
+    if p.exists() and not p.is_dir():
+        raise StartupError(f"{what} {d} is not a directory")
+    try:
+        p.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise StartupError(f"{what} {d} cannot be created: {e.strerror}") from e
+    if not p.is_dir():
+        raise StartupError(f"{what} {d} is not a directory")
+    if not os.access(p, os.W_OK | os.X_OK):
+        raise StartupError(f"{what} {d} is not writable by this user")
+
+
+def _check_port_free(host: str, port: int) -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        # As gRPC does: connections of a killed predecessor in TIME_WAIT must not block a restart,
+        # while a live listener still makes bind fail.
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError as e:
+            if e.errno == errno.EADDRINUSE:
+                raise StartupError(f"port {port} on {host} is already in use") from e
+            raise StartupError(f"cannot bind {host}:{port}: {e.strerror}") from e
+
+
+class Bookie:
+    """One storage server. `start()` returns once it serves and is registered; raises StartupError."""
+
+    def __init__(self, config: BookieConfig, metadata: MetadataStore | None = None) -> None:
+        self.config = config
+        self._metadata = metadata
+        self._owns_metadata = metadata is None
+        self.journal_dirs = normalize_dirs(config.journal_dirs)
+        self.ledger_dirs = normalize_dirs(config.ledger_dirs)
+        self.bookie_id = config.bookie_id
+        self._locks: list[IO[bytes]] = []
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread: threading.Thread | None = None
+        self._server: grpc.aio.Server | None = None
+        self._add_server: AddListener | None = None
+        self.add_port = 0  # the TCP add listener's port once started (config.add_port 0 = OS-picked)
+        self._executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="bookie-read")
+        self.storage = LedgerStorage(
+            self.ledger_dirs[0], write_cache_bytes_max=config.write_cache_bytes_max,
+            read_cache_bytes_max=config.read_cache_bytes_max,
+            entry_log_size_bytes_max=config.entry_log_size_bytes_max,
+            entry_log_block_bytes=config.entry_log_block_bytes, compression=config.compression,
+            index_reserve_bytes=config.min_usable_index_bytes)
+        reserve = config.min_usable_index_bytes + config.min_usable_entry_log_bytes
+        storage = self.storage
+        self._disk = DiskMonitor(self.ledger_dirs + self.journal_dirs,
+                                 DiskState(config.disk_usage_threshold, config.disk_usage_lwm, reserve),
+                                 config.disk_check_interval_ms, self._on_read_only_change,
+                                 room=LedgerDiskRoom(tuple(self.ledger_dirs), reserve, storage.unflushed_bytes,
+                                                     lambda: storage.flushed_bytes_total))
+        self.journal = Journal(
+            self.journal_dirs[0], group_commit_wait_ms=config.group_commit_wait_ms,
+            group_commit_bytes_max=config.group_commit_bytes_max,
+            file_size_bytes_max=config.journal_file_size_bytes_max,
+            preallocate_bytes=config.journal_preallocate_bytes,
+            queue_records_max=config.journal_queue_records_max)
+        self._checkpointer: Checkpointer | None = None
+        self._gc: GarbageCollector | None = None
+        self._gc_stop = threading.Event()
+        self._gc_thread: threading.Thread | None = None
+        self._registered_read_only: bool | None = None
+        self._reg_lock = threading.Lock()
+        self._started = False
+        self._stopped = False
+
+    # ------------------------------------------------------------------ properties
+
+    @property
+    def address(self) -> str:
+        return f"{self.config.host}:{self.config.port}"
+
+    @property
+    def read_only(self) -> bool:
+        return self._disk.read_only
+
+    @property
+    def metadata(self) -> MetadataStore:
+        if self._metadata is None:
+            raise StartupError("bookie is not started")
+        return self._metadata
+
+    # ------------------------------------------------------------------ start
+
+    def start(self) -> None:
+        if self._started:
+            return
+        self._started = True
+        try:
+            self._start()
+        except BaseException:
+            self.stop()
+            raise
+        log.info("bookie %s is up (journal %s, ledgers %s)", self.bookie_id, self.journal_dirs,
+                 self.ledger_dirs)
+
+    def _start(self) -> None:
+        for d in self.journal_dirs:
+            _check_dir(d, "journal directory")
+        for d in self.ledger_dirs:
+            _check_dir(d, "ledger directory")
+        self._lock_dirs()
+        _check_port_free(self.config.host, self.config.port)
+        if self.config.add_port:
+            _check_port_free(self.config.host, self.config.add_port)
+        if self._metadata is None:
+            try:
+                self._metadata = connect_metadata(self.config.zk_connect,
+                                                  session_timeout_ms=self.config.zk_session_timeout_ms,
+                                                  connect_timeout_ms=self.config.zk_connect_timeout_ms)
+            except MetadataError as e:
+                raise StartupError(f"cannot reach ZooKeeper at {self.config.zk_connect}: {e}") from e
+        try:
+            instance = self.metadata.instance_id()
+        except MetadataError as e:
+            raise StartupError(f"cluster not initialised in ZooKeeper at {self.config.zk_connect} "
+                               f"(run `spark-bookie init`): {e}") from e
+        cookie = Cookie(self.bookie_id, self.journal_dirs, self.ledger_dirs, instance)
+        if verify_or_create(self.metadata, cookie):
+            log.info("new bookie %s: cookies written", self.bookie_id)
+        self.storage.open()
+        self._checkpointer = Checkpointer(self.storage, self.journal, self.ledger_dirs[0],
+                                          self.config.flush_interval_ms, self._disk.check_soon)
+        replayed = self._checkpointer.replay()
+        log.info("replayed %d journal records", replayed)
+        self.journal.start()
+        self._checkpointer.try_checkpoint()  # a full disk defers it: start read-only, serving reads
+        self._checkpointer.start()
+        self._disk.start()
+        self._start_server()
+        self._register(self._disk.read_only)
+        self.metadata.add_session_listener(self._on_session)
+        self._start_gc()
+
+    def _lock_dirs(self) -> None:
+        for d in dict.fromkeys(self.journal_dirs + self.ledger_dirs):
+            f = open(Path(d) / ".bookie.lock", "ab")
+            try:
+                fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError as e:
+                f.close()
+                raise StartupError(f"directory {d} is in use by another bookie process") from e
+            self._locks.append(f)
+
+    def _start_server(self) -> None:
+        ready = threading.Event()
+        failure: list[BaseException] = []
+        loop = asyncio.new_event_loop()
+        self._loop = loop
+
+        async def serve() -> None:
+            try:
+                server = grpc.aio.server(options=grpc_options(self.config.grpc_message_bytes_max))
+                processor = RequestProcessor(self.config, self.storage, self.journal, loop,
+                                             self._executor, lambda: self._disk.read_only,
+                                             self._disk.has_room)
+                pb_grpc.add_BookieServicer_to_server(BookieServicer(
+                    processor, self.bookie_id, list(self.ledger_dirs),
+                    self.config.in_flight_adds_per_stream_max, lambda: self._disk.read_only,
+                    lambda: self.add_port), server)
+                try:
+                    server.add_insecure_port(self.address)
+                except RuntimeError as e:
+                    raise StartupError(f"cannot listen on {self.address}: {e}") from e
+                try:
+                    self._add_server = await start_add_listener(
+                        processor, self.bookie_id, self.config.host, self.config.add_port,
+                        self.config.in_flight_adds_per_stream_max, self.config.grpc_message_bytes_max)
+                except OSError as e:
+                    raise StartupError(f"cannot listen for adds on {self.config.host}:{self.config.add_port}: "
+                                       f"{e.strerror or e}") from e
+                self.add_port = self._add_server.port
+                await server.start()
+                self._server = server
+            except BaseException as e:
+                failure.append(e)
+                if self._add_server is not None:
+                    self._add_server.close()
+            finally:
+                ready.set()
+
+        def run() -> None:
+            asyncio.set_event_loop(loop)
+            loop.run_until_complete(serve())
+            if not failure:
+                loop.run_forever()
+            loop.run_until_complete(loop.shutdown_asyncgens())
+            loop.close()
+
+        self._loop_thread = threading.Thread(target=run, name=f"bookie-{self.bookie_id}", daemon=True)
+        self._loop_thread.start()
+        ready.wait()
+        if failure:
+            raise failure[0]
+
+    # ------------------------------------------------------------------ registration
+
+    def _registration_data(self) -> bytes:
+        return json.dumps({"id": self.bookie_id, "address": self.address, "add_port": self.add_port,
+                           "network_location": self.config.network_location}).encode()
+
+    def _register(self, read_only: bool) -> None:
+        with self._reg_lock:
+            prev = self._registered_read_only
+            if prev == read_only:
+                return
+            # The new node first, then the old one goes (BookKeeper's doRegisterReadOnlyBookie):
+            # at no moment is the bookie in neither list, so an auditor never sees it lost.
+            self.metadata.register_bookie(self.bookie_id, readonly=read_only,
+                                          data=self._registration_data(),
+                                          wait_ms_max=self.config.registration_wait_ms_max)
+            if prev is not None:
+                self.metadata.unregister_bookie(self.bookie_id, readonly=prev)
+            self._registered_read_only = read_only
+
+    def _on_read_only_change(self, read_only: bool) -> None:
+        if self._registered_read_only is None:
+            return  # not registered yet: start() registers in the right place
+        try:
+            self._register(read_only)
+        except MetadataError:
+            log.exception("could not move registration (read_only=%s)", read_only)
+
+    def _on_session(self, state: str) -> None:
+        log.info("ZooKeeper session %s", state)
+
+    # ------------------------------------------------------------------ GC
+
+    def _live_ledgers(self) -> set[int] | None:
+        try:
+            return self.metadata.ledger_ids()
+        except MetadataError as e:
+            log.warning("GC skipped: ledger list unavailable (%s)", e)
+            return None
+
+    def _start_gc(self) -> None:
+        self._gc = GarbageCollector(self.storage, self._live_ledgers,
+                                    compaction_ratio_threshold=self.config.gc_compaction_ratio_threshold)
+
+        def run() -> None:
+            while not self._gc_stop.wait(self.config.gc_interval_ms / 1000.0):
+                try:
+                    stats = self._gc.run_once() if self._gc else None
+                    if stats and (stats.ledgers_deleted or stats.logs_deleted or stats.logs_compacted):
+                        log.info("GC: %s", stats)
+                except Exception:
+                    log.exception("GC round failed")
+
+        self._gc_thread = threading.Thread(target=run, name="bookie-gc", daemon=True)
+        self._gc_thread.start()
+
+    # ------------------------------------------------------------------ stop
+
+    def stop(self, grace_s: float = 2.0) -> None:
+        """Unregister, stop serving, drain the journal, checkpoint, close. Idempotent."""
+        if self._stopped:
+            return
+        self._stopped = True
+        if self._registered_read_only is not None and self._metadata is not None:
+            try:
+                self._metadata.unregister_bookie(self.bookie_id, readonly=self._registered_read_only)
+            except MetadataError:
+                pass
+        self._gc_stop.set()
+        self._disk.stop()
+        self._stop_server(grace_s)
+        if self._gc_thread is not None:
+            self._gc_thread.join(timeout=30)
+        if self._checkpointer is not None:
+            self._checkpointer.stop()
+        self.journal.stop()
+        if self._checkpointer is not None:
+            self._checkpointer.checkpoint()
+        self.storage.close()
+        self._executor.shutdown(wait=False, cancel_futures=True)
+        if self._owns_metadata and self._metadata is not None:
+            self._metadata.close()
+        for f in self._locks:
+            f.close()
+        self._locks.clear()
+
+    def _stop_server(self, grace_s: float) -> None:
+        loop, server = self._loop, self._server
+        if loop is None or loop.is_closed():
+            return
+        add_server = self._add_server
+        if add_server is not None:  # no new add connections; open ones close after the grace
+            add_server.stop_accepting()
+        if server is not None:
+            fut = asyncio.run_coroutine_threadsafe(server.stop(grace_s), loop)
+            try:
+                fut.result(timeout=grace_s + 5)
+            except Exception:
+                log.exception("server stop failed")
+        if add_server is not None:  # before the loop stops: it serves the read connections
+            add_server.close()
+        loop.call_soon_threadsafe(loop.stop)
+        if self._loop_thread is not None:
+            self._loop_thread.join(timeout=10)
+
+    def __enter__(self) -> Bookie:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
