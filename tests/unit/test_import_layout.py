@@ -1,0 +1,84 @@
+"""The tree keeps its layout rules (layout_check.py), and the check notices when it does not."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from layout_check import check_layout
+
+pytestmark = pytest.mark.unit
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_the_tree_keeps_the_layout_rules():
+    problems = check_layout(REPO)
+    assert problems == [], "\n".join(problems)
+
+
+def _tree(root: Path, files: dict[str, str]) -> Path:
+    for rel, text in files.items():
+        p = root / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(text)
+    return root
+
+
+BASE = {
+    "metadata/__init__.py": "",
+    "metadata/model.py": "X = 1\n",
+    "ledger_client/__init__.py": "",
+    "ledger_client/protocol/__init__.py": "",
+    "ledger_client/protocol/framing.py": "from metadata.model import X\n",
+    "ledger_client/client.py": "from .protocol.framing import X\n",
+    "spark_bookie/__init__.py": "",
+    "spark_bookie/server/__init__.py": "",
+    "spark_bookie/server/bookie.py": "from ledger_client.protocol import framing\n",
+    "spark_bookie/cli/__init__.py": "",
+    "spark_bookie/cli/main.py": "def main():\n    from spark_bookie.server.bookie import framing\n",
+    "jobs/__init__.py": "",
+}
+
+
+def test_a_clean_fake_tree_passes(tmp_path):
+    assert check_layout(_tree(tmp_path, BASE)) == []
+
+
+def test_planted_upward_import_fails(tmp_path):
+    tree = _tree(tmp_path, {**BASE, "spark_bookie/server/bookie.py":
+                            "from ledger_client.protocol import framing\n\ndef f():\n    import ledger_client.client\n"})
+    problems = check_layout(tree)
+    assert len(problems) == 1 and "spark_bookie.server.bookie (server) imports ledger_client.client (client)" \
+        in problems[0] and "bookie.py:4" in problems[0]
+
+
+def test_planted_import_of_the_cli_or_jobs_fails(tmp_path):
+    tree = _tree(tmp_path, {**BASE, "ledger_client/client.py": "from spark_bookie.cli.main import main\n",
+                            "spark_bookie/server/lac.py": "import jobs\n"})
+    problems = check_layout(tree)
+    assert any("ledger_client.client (client) imports spark_bookie.cli.main (cli)" in p for p in problems)
+    assert any("spark_bookie.server.lac (server) imports jobs (jobs)" in p for p in problems)
+
+
+def test_planted_circle_across_roles_fails_and_shows_the_chain(tmp_path):
+    # protocol -> metadata is allowed; a relative import back from metadata closes a circle.
+    tree = _tree(tmp_path, {**BASE, "metadata/model.py": "from ledger_client.protocol.framing import Y\nX = 1\n"})
+    problems = check_layout(tree)
+    assert any(p.startswith("import circle across roles:") and "metadata.model" in p
+               and "ledger_client.protocol.framing" in p for p in problems), problems
+
+
+def test_circle_within_one_role_is_allowed_but_type_checking_imports_do_not_count(tmp_path):
+    tree = _tree(tmp_path, {**BASE,
+                            "metadata/a.py": "from metadata.b import B\nA = 1\n",
+                            "metadata/b.py": "from metadata.a import A\nB = 1\n",
+                            "ledger_client/protocol/framing.py":
+                                "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from ledger_client.client import Z\n"})
+    assert check_layout(tree) == []
+
+
+def test_kazoo_only_under_metadata_zk(tmp_path):
+    tree = _tree(tmp_path, {**BASE, "metadata/zk/__init__.py": "import kazoo\n", "metadata/store.py": "import kazoo.client\n"})
+    problems = check_layout(tree)
+    assert len(problems) == 1 and "metadata.store imports kazoo" in problems[0]
