@@ -22,7 +22,7 @@ import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
-from sim_model import Outcome, SimulationFailure, run_schedule
+from sim_run import Outcome, SimulationFailure, run_schedule
 from sim_world import BOOKKEEPER, CURRENT, EARLY_FRAGMENTS, ClientModel
 
 from ledger_client.machines import AddState, Completion, RecoveryReadTally, write_set
