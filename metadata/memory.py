@@ -29,7 +29,7 @@ from metadata.errors import (
 )
 from metadata.layout import LAYOUT_TEXT, ZkLayout, is_bucket_name, is_ledger_node_name
 from metadata.store import MetadataStore, SessionEvent, SessionListener, SessionWorker, parse_bookie_info
-from metadata.underreplication.memory import InMemoryUnderReplication
+from metadata.streams.memory import InMemoryStreams
 from metadata.watches import BookiesWatchCallback, BookiesWatchState, LedgerWatchCallback, LedgerWatchState
 
 _REREGISTER_RETRY_S = 0.2
@@ -226,7 +226,7 @@ class InMemoryZooKeeper:
                 self._cond.wait(remaining)
 
 
-class InMemoryMetadataStore(MetadataStore, InMemoryUnderReplication):
+class InMemoryMetadataStore(MetadataStore, InMemoryStreams):
     """:class:`MetadataStore` on an :class:`InMemoryZooKeeper`; one fake session per store.
 
     Test hooks: :meth:`expire_session` (server-side expiry, like ZooKeeper's), :meth:`crash` (the

@@ -18,6 +18,7 @@ from types import TracebackType
 
 from metadata.errors import NoNodeError
 from metadata.model import LedgerMetadata, decode, encode
+from metadata.streams.store import StreamStore
 from metadata.underreplication import UnderReplicationStore
 from metadata.watches import BookiesWatchCallback, LedgerWatchCallback
 
@@ -35,12 +36,13 @@ class SessionEvent(enum.StrEnum):
 SessionListener = Callable[[str], None]
 
 
-class MetadataStore(UnderReplicationStore):
+class MetadataStore(StreamStore, UnderReplicationStore):
     """Cluster metadata operations. Every call has a deadline: ZooKeeper down means
     :class:`~metadata.errors.MetadataUnavailableError`, never a hang.
 
     Every store is also an :class:`~metadata.underreplication.UnderReplicationStore` (the
-    re-replication queue and the auditor election), on the same session.
+    re-replication queue and the auditor election) and a :class:`~metadata.streams.StreamStore`
+    (namespaces, streams, segments, writer locks), on the same session.
 
     Versions are ZooKeeper znode versions (0 on create, +1 per write) and every change takes the
     version it was based on, which is how invariant 5 (every change is a CAS) is enforced.

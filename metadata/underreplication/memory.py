@@ -47,12 +47,12 @@ class InMemoryUnderReplication(UnderReplicationBase):
         """Tree hook (tree lock held): fire one-shot watches of ``path``; a node created or deleted
         changes its parent's listing (and a deleted one its own), which is what child watches
         report; any change below ``underreplication`` may free a ledger for a waiting acquire."""
-        if not path.startswith(self._ur_prefix):
-            return
-        with self._ur_watch_lock:
+        with self._ur_watch_lock:  # one-shot watches of any path (the stream lock's too)
             wakes = self._ur_oneshots.pop(path, [])
         for wake in wakes:
             wake(None)
+        if not path.startswith(self._ur_prefix):
+            return
         self._ur_view.invalidate(path)
         self._ur_listing_changed(path.rsplit("/", 1)[0])
 

@@ -36,7 +36,7 @@ from metadata.layout import LAYOUT_TEXT, ZkLayout, is_bucket_name, is_ledger_nod
 from metadata.store import MetadataStore, SessionEvent, SessionListener, SessionWorker, parse_bookie_info
 from metadata.watches import BookiesWatchCallback, BookiesWatchState, LedgerWatchCallback, LedgerWatchState
 from metadata.zk.handler import PollingHandler
-from metadata.zk.underreplication import ZkUnderReplication
+from metadata.zk.streams import ZkStreams
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +52,7 @@ _HOB_PREFIX = "HOB-"
 _HOB_RE = re.compile(_HOB_PREFIX + r"\d{10}")
 
 
-class ZkMetadataStore(MetadataStore, ZkUnderReplication):
+class ZkMetadataStore(MetadataStore, ZkStreams):
     """:class:`MetadataStore` on a ZooKeeper ensemble; one kazoo session per store.
 
     ``op_timeout_ms`` (default: the session timeout) bounds every call, waiting for a connection

@@ -1,0 +1,27 @@
+"""Stream metadata (DistributedLog's model, DESIGN §4.5): the model (`model`), pure transitions
+(`transitions`), the store interface (`store`), its backend-independent half (`base`) and the
+in-memory twin's primitives (`memory`). The ZooKeeper primitives are `metadata.zk.streams`."""
+
+from metadata.streams.model import (
+    FIRST_SEQUENCE,
+    Position,
+    SegmentMeta,
+    SegmentState,
+    StreamMeta,
+    TierInfo,
+    check_name,
+    decode_settings,
+    encode_settings,
+)
+from metadata.streams.store import (
+    NamespaceGoneError,
+    StreamGoneError,
+    StreamLockInfo,
+    StreamLockTimeoutError,
+    StreamStore,
+)
+from metadata.streams.transitions import Change, SegmentEnd, StreamView
+
+__all__ = ["FIRST_SEQUENCE", "Change", "NamespaceGoneError", "Position", "SegmentEnd", "SegmentMeta", "SegmentState",
+           "StreamGoneError", "StreamLockInfo", "StreamLockTimeoutError", "StreamMeta", "StreamStore", "StreamView",
+           "TierInfo", "check_name", "decode_settings", "encode_settings"]
