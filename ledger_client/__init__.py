@@ -20,6 +20,11 @@ if TYPE_CHECKING:
     from .entry import LedgerEntry
     from .protocol.framing import DigestType
     from .read_handle import ReadHandle
+    from .stream.dlsn import DLSN, LogRecord
+    from .stream.namespace import Namespace, SegmentInfo, StreamInfo
+    from .stream.reader import StreamReader
+    from .stream.settings import NamespaceSettings
+    from .stream.writer import StreamWriter
     from .write_handle import WriteHandle
 
 from . import protocol as _protocol  # noqa: F401  (first: sets gRPC's fork mode, see there)
@@ -29,6 +34,9 @@ _EXPORTS = {
     "AsyncWriteHandle": ".async_client", "ClientConfig": ".config", "DigestType": ".protocol.framing",
     "LedgerClient": ".client", "LedgerEntry": ".entry", "ReadHandle": ".read_handle",
     "WriteHandle": ".write_handle", "LedgerMetadata": "metadata", "LedgerState": "metadata",
+    "DLSN": ".stream.dlsn", "LogRecord": ".stream.dlsn", "Namespace": ".stream.namespace",
+    "NamespaceSettings": ".stream.settings", "StreamInfo": ".stream.namespace", "SegmentInfo": ".stream.namespace",
+    "StreamReader": ".stream.reader", "StreamWriter": ".stream.writer",
 }
 
 __all__ = sorted([*_EXPORTS, "errors"])

@@ -30,6 +30,8 @@ from .placement import EnsemblePlacement
 from .protocol.framing import Digester, DigestType, master_key
 from .read_handle import ReadHandle
 from .recovery import LedgerRecovery
+from .stream import namespace as stream_namespace
+from .stream.namespace import Namespace
 from .transport import StreamLimits
 from .write_handle import WriteHandle
 
@@ -210,6 +212,26 @@ class LedgerClient:
             raise errors.IncorrectParameterError(f"ledger id must be a non-negative int, not {ledger_id!r}")
         with metadata_errors(f"read ledger {ledger_id}"):
             return self.store.read_ledger_metadata(ledger_id)
+
+    # ------------------------------------------------------------------ streams (DESIGN §4.5)
+
+    def create_namespace(self, name: str, **settings: object) -> Namespace:
+        """A new namespace with its settings (NamespaceSettings' fields); NamespaceExistsError if it exists."""
+        self._check_open()
+        return stream_namespace.create_namespace(self, name, **settings)
+
+    def namespace(self, name: str) -> Namespace:
+        """NoSuchNamespaceError if absent."""
+        self._check_open()
+        return stream_namespace.get_namespace(self, name)
+
+    def list_namespaces(self) -> list[str]:
+        return stream_namespace.list_namespaces(self)
+
+    def delete_namespace(self, name: str, force: bool = False) -> None:
+        """NamespaceNotEmptyError while it has streams, unless ``force`` (they are deleted too)."""
+        self._check_open()
+        stream_namespace.delete_namespace(self, name, force)
 
     # ------------------------------------------------------------------ lifecycle
 

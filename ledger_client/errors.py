@@ -82,3 +82,82 @@ class BadRequestError(LedgerError):
     """The bookie rejected the request as malformed (EBADREQ): a bug or oversized input, not a fault."""
 
     code = -14
+
+
+# ---------------------------------------------------------------------- streams (DESIGN §4.5)
+# Codes of the project's own (-2xx: BookKeeper's client codes stop above -200); DistributedLog's
+# exception names where it has one.
+
+class StreamError(LedgerError):
+    """Base of the stream layer's own errors."""
+
+    code = -200
+
+
+class InvalidStreamNameError(StreamError, IncorrectParameterError):
+    """A namespace or stream name is not [A-Za-z0-9._-]+ (DistributedLog's InvalidStreamNameException)."""
+
+    code = -201
+
+
+class NoSuchNamespaceError(StreamError):
+    code = -202
+
+
+class NamespaceExistsError(StreamError):
+    code = -203
+
+
+class NamespaceNotEmptyError(StreamError):
+    """Deleting a namespace that still has streams, without force=True."""
+
+    code = -204
+
+
+class NoSuchStreamError(StreamError):
+    """DistributedLog's LogNotFoundException."""
+
+    code = -205
+
+
+class StreamExistsError(StreamError):
+    """DistributedLog's LogExistsException."""
+
+    code = -206
+
+
+class StreamLockedError(StreamError, LedgerTimeoutError):
+    """Another live writer held the stream for the whole lock_timeout_ms (DistributedLog's
+    LockingException / OwnershipAcquireFailedException)."""
+
+    code = -207
+
+
+class TransactionIdOutOfOrderError(StreamError, IncorrectParameterError):
+    """A txid below the stream's last one (DistributedLog's TransactionIdOutOfOrderException)."""
+
+    code = -208
+
+
+class EndOfStreamError(StreamError):
+    """The stream was marked ended: no more writes, and readers stop (DistributedLog's EndOfStreamException)."""
+
+    code = -209
+
+
+class RecordTooLargeError(StreamError, IncorrectParameterError):
+    """A record over record_size_bytes_max (DistributedLog's LogRecordTooLongException)."""
+
+    code = -210
+
+
+class StreamClosedError(StreamError):
+    """The writer or reader was closed (or failed earlier: the cause is chained)."""
+
+    code = -211
+
+
+class CorruptRecordSetError(StreamError, ReadError):
+    """A ledger entry of a stream is not a record set this code can read."""
+
+    code = -212

@@ -175,6 +175,11 @@ class StreamsBase(StreamStore):
             return StreamView(decode_stream(head[0], f"stream {path}"), head[1], segments)
         raise MetadataError(f"stream {ns}/{name} kept changing while it was read")
 
+    def read_stream_meta(self, ns: str, name: str) -> tuple[StreamMeta, int] | None:
+        path = self._stream_path(ns, name)
+        got = self._st_get_many([path])[0]
+        return None if got is None else (decode_stream(got[0], f"stream {path}"), got[1])
+
     def commit_stream(self, ns: str, name: str, base_version: int, change: Change,
                       lock: StreamLockInfo | None = None) -> int:
         path = self._stream_path(ns, name)

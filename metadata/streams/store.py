@@ -85,6 +85,11 @@ class StreamStore(abc.ABC):
         re-read until it did not change while the segments were listed), or None."""
 
     @abc.abstractmethod
+    def read_stream_meta(self, ns: str, name: str) -> tuple[StreamMeta, int] | None:
+        """Only the stream node (one round trip): a reader checks it before each batch, and
+        reads the segments again only when its version moved."""
+
+    @abc.abstractmethod
     def commit_stream(self, ns: str, name: str, base_version: int, change: Change,
                       lock: StreamLockInfo | None = None) -> int:
         """Apply ``change`` in one multi-op: the stream node CAS on ``base_version``, segment

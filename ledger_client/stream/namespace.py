@@ -1,0 +1,261 @@
+"""Namespaces and the streams in them (DESIGN §4.5): create, list, inspect, delete, and the entry
+points to writers and readers."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from metadata import (
+    BadVersionError,
+    InvalidMetadataError,
+    MetadataError,
+    MetadataUnavailableError,
+    NodeExistsError,
+)
+from metadata.streams import (
+    NamespaceGoneError,
+    SegmentMeta,
+    StreamGoneError,
+    StreamLockTimeoutError,
+    StreamMeta,
+    StreamView,
+    check_name,
+    decode_settings,
+    encode_settings,
+)
+
+from .. import errors
+from .dlsn import DLSN
+from .settings import NamespaceSettings
+
+if TYPE_CHECKING:
+    from ..client import LedgerClient
+    from .reader import StreamReader
+    from .writer import StreamWriter
+
+
+@contextmanager
+def stream_errors(what: str, exists: type[errors.LedgerError] | None = None) -> Iterator[None]:
+    """Metadata failures as the client's typed errors (``exists``: what NodeExistsError means here)."""
+    try:
+        yield
+    except NamespaceGoneError as e:
+        raise errors.NoSuchNamespaceError(f"{what}: {e}") from e
+    except StreamGoneError as e:
+        raise errors.NoSuchStreamError(f"{what}: {e}") from e
+    except StreamLockTimeoutError as e:
+        raise errors.StreamLockedError(f"{what}: {e}") from e
+    except NodeExistsError as e:
+        raise (exists or errors.MetadataServiceError)(f"{what}: {e}") from e
+    except InvalidMetadataError as e:
+        if "name" in str(e):
+            raise errors.InvalidStreamNameError(f"{what}: {e}") from e
+        raise errors.MetadataServiceError(f"{what}: {e}") from e
+    except BadVersionError as e:
+        raise errors.MetadataVersionError(f"{what}: changed concurrently ({e})") from e
+    except MetadataUnavailableError as e:
+        raise errors.MetadataServiceError(f"{what}: ZooKeeper unavailable ({e})") from e
+    except MetadataError as e:
+        raise errors.MetadataServiceError(f"{what}: {e}") from e
+
+
+def check_names(*names: tuple[str, str]) -> None:
+    for name, what in names:
+        with stream_errors(f"{what} name"):
+            check_name(name, what)
+
+
+@dataclass(frozen=True)
+class SegmentInfo:
+    sequence: int
+    ledger_id: int | None          # None once tiered (its ledger is deleted)
+    state: str                     # "in_progress" | "sealed" | "tiered"
+    first_dlsn: DLSN
+    last_dlsn: DLSN | None         # None while in progress, or when empty
+    first_txid: int
+    last_txid: int                 # -1 while in progress
+    record_count: int              # 0 while in progress (known once sealed)
+    bytes: int
+    ctime_ms: int
+    table: str | None = None       # where a tiered segment's records are
+    delta_version: int | None = None
+
+    @classmethod
+    def of(cls, s: SegmentMeta) -> SegmentInfo:
+        last = s.last_dlsn
+        return cls(s.sequence, s.ledger_id, s.state.value, DLSN(*s.first_dlsn), DLSN(*last) if last else None,
+                   s.first_txid, s.last_txid, s.record_count, s.bytes, s.ctime_ms,
+                   s.tier.table if s.tier else None, s.tier.delta_version if s.tier else None)
+
+
+@dataclass(frozen=True)
+class StreamInfo:
+    name: str
+    segments: list[SegmentInfo]
+    first_dlsn: DLSN | None        # the first record a reader can get (after truncation)
+    last_dlsn: DLSN | None         # the last sealed record (the in-progress segment's are not in metadata)
+    last_txid: int
+    end_of_stream: bool
+    truncated_before: DLSN | None
+
+    @classmethod
+    def of(cls, name: str, view: StreamView) -> StreamInfo:
+        segs = [SegmentInfo.of(s) for s in view.ordered()]
+        lasts = [s.last_dlsn for s in segs if s.last_dlsn is not None]
+        tb = DLSN(*view.meta.truncated_before) if view.meta.truncated_before else None
+        first = segs[0].first_dlsn if segs else None
+        if first is not None and tb is not None and tb > first:
+            first = tb
+        return cls(name, segs, first, lasts[-1] if lasts else None, view.meta.max_txid,
+                   view.meta.end_of_stream, tb)
+
+
+class Namespace:
+    """A group of streams sharing settings. Get one from ``LedgerClient.namespace`` /
+    ``create_namespace``; cheap to make, holds no resources."""
+
+    def __init__(self, client: LedgerClient, name: str, settings: NamespaceSettings, version: int) -> None:
+        self.client = client
+        self.name = name
+        self._settings = settings
+        self._version = version
+
+    def __repr__(self) -> str:
+        return f"Namespace({self.name!r})"
+
+    @property
+    def settings(self) -> NamespaceSettings:
+        return self._settings
+
+    def refresh(self) -> NamespaceSettings:
+        """Re-read the settings (another client may have changed them)."""
+        fresh = get_namespace(self.client, self.name)
+        self._settings, self._version = fresh._settings, fresh._version
+        return self._settings
+
+    def update_settings(self, **changes: object) -> NamespaceSettings:
+        """Change settings (validated; CAS on what was read): they apply to new segments."""
+        new = self._settings.updated(**changes)
+        with stream_errors(f"update namespace {self.name}"):
+            self._version = self.client.store.write_namespace(self.name, encode_settings(new.to_json()),
+                                                              self._version)
+        self._settings = new
+        return new
+
+    # -- streams ----------------------------------------------------------------------------
+    def create_stream(self, name: str) -> None:
+        check_names((name, "stream"))
+        with stream_errors(f"create stream {self.name}/{name}", exists=errors.StreamExistsError):
+            self.client.store.create_stream(self.name, name, StreamMeta(ctime_ms=int(time.time() * 1000)))
+
+    def ensure_stream(self, name: str) -> None:
+        """Create the stream unless it exists (opening a writer does this)."""
+        try:
+            self.create_stream(name)
+        except errors.StreamExistsError:
+            pass
+
+    def list_streams(self, prefix: str = "") -> list[str]:
+        with stream_errors(f"list streams of {self.name}"):
+            return [s for s in self.client.store.list_streams(self.name) if s.startswith(prefix)]
+
+    def stream_exists(self, name: str) -> bool:
+        return self.view_if_any(name) is not None
+
+    def view_if_any(self, name: str) -> StreamView | None:
+        """The stream's metadata as read now, or None if it does not exist."""
+        check_names((name, "stream"))
+        with stream_errors(f"read stream {self.name}/{name}"):
+            return self.client.store.read_stream(self.name, name)
+
+    def view(self, name: str) -> StreamView:
+        """The stream's metadata as read now; NoSuchStreamError if it does not exist."""
+        view = self.view_if_any(name)
+        if view is None:
+            raise errors.NoSuchStreamError(f"stream {self.name}/{name} does not exist")
+        return view
+
+    def stream_info(self, name: str) -> StreamInfo:
+        return StreamInfo.of(name, self.view(name))
+
+    def delete_stream(self, name: str) -> None:
+        """The stream, its metadata and its segments' ledgers."""
+        view = self.view(name)
+        with stream_errors(f"delete stream {self.name}/{name}"):
+            self.client.store.delete_stream(self.name, name)
+        for seg in view.ordered():
+            if seg.ledger_id is not None:
+                self.client.delete_ledger(seg.ledger_id)
+
+    def apply_retention(self, name: str, now_ms: int | None = None) -> int:
+        """Delete the sealed segments past the namespace's retention limits; how many went."""
+        from .segments import apply_retention
+
+        return apply_retention(self, name, now_ms)
+
+    # -- writers and readers ----------------------------------------------------------------
+    def open_writer(self, name: str, lock_timeout_ms: int = 30_000) -> StreamWriter:
+        """The stream's single writer (created if missing); StreamLockedError while another live
+        writer holds it after ``lock_timeout_ms``."""
+        from .writer import StreamWriter
+
+        return StreamWriter(self, name, lock_timeout_ms)
+
+    def open_reader(self, name: str, start: DLSN | str = DLSN.INITIAL, start_txid: int | None = None) -> StreamReader:
+        """A reader from ``start`` (a DLSN, or "latest"), or from the first record with txid >= ``start_txid``."""
+        from .reader import StreamReader
+
+        return StreamReader(self, name, start, start_txid)
+
+
+# ---------------------------------------------------------------------- client-level
+
+def create_namespace(client: LedgerClient, name: str, **settings: object) -> Namespace:
+    check_names((name, "namespace"))
+    s = NamespaceSettings.build(**settings)
+    with stream_errors(f"create namespace {name}", exists=errors.NamespaceExistsError):
+        client.store.create_namespace(name, encode_settings(s.to_json()))
+    return Namespace(client, name, s, 0)
+
+
+def get_namespace(client: LedgerClient, name: str) -> Namespace:
+    check_names((name, "namespace"))
+    with stream_errors(f"read namespace {name}"):
+        got = client.store.read_namespace(name)
+        if got is None:
+            raise errors.NoSuchNamespaceError(f"namespace {name!r} does not exist")
+        settings = NamespaceSettings.from_json(decode_settings(got[0], f"namespace {name}"))
+    return Namespace(client, name, settings, got[1])
+
+
+def list_namespaces(client: LedgerClient) -> list[str]:
+    with stream_errors("list namespaces"):
+        return client.store.list_namespaces()
+
+
+def delete_namespace(client: LedgerClient, name: str, force: bool = False) -> None:
+    """NamespaceNotEmptyError while it has streams, unless ``force`` (then they go too)."""
+    ns = get_namespace(client, name)
+    streams = ns.list_streams()
+    if streams and not force:
+        raise errors.NamespaceNotEmptyError(f"namespace {name!r} has {len(streams)} streams "
+                                            f"({', '.join(streams[:5])}); force=True deletes them")
+    for s in streams:
+        try:
+            ns.delete_stream(s)
+        except errors.NoSuchStreamError:
+            pass
+    with stream_errors(f"delete namespace {name}"):
+        client.store.delete_namespace(name)
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+__all__ = ["Namespace", "SegmentInfo", "StreamInfo", "create_namespace", "delete_namespace", "get_namespace",
+           "list_namespaces", "now_ms", "stream_errors"]

@@ -1,0 +1,289 @@
+"""Reading a stream (DistributedLog's ReadAheadEntryReader + BKAsyncLogReader, DESIGN §4.5).
+
+A read-ahead thread walks the segments in order: sealed ones by range reads up to their last
+entry, the one in progress up to its LAC and then by long polls (never past what the writer was
+told is durable, and never fencing it), moving on when a segment is sealed; it decodes record sets
+into batches on a bounded queue. The reader's caller takes records from there. Records before the
+truncation point are never returned, whatever position the reader was asked to start from.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from metadata.streams import SegmentMeta, SegmentState, StreamView
+
+from .. import errors
+from .dlsn import DLSN, LogRecord
+from .namespace import check_names, stream_errors
+from .records import RecordSet
+from .tiered import read_tiered_segment
+
+if TYPE_CHECKING:
+    from ..read_handle import ReadHandle
+    from .namespace import Namespace
+
+log = logging.getLogger(__name__)
+
+READ_AHEAD_BATCHES = 8          # decoded batches waiting for the caller (each up to CHUNK_ENTRIES entries)
+CHUNK_ENTRIES = 16              # entries per range read (record sets of up to output_buffer_bytes each)
+LONG_POLL_MS = 200              # how long a poll at the tail waits before the metadata is read again
+IDLE_POLL_S = (0.005, 0.2)      # waiting for a new segment: from, up to (doubling)
+ERRORS_MAX = 5                  # read failures in a row before the reader gives up
+
+
+class _End:
+    pass
+
+
+_END = _End()
+
+
+class StreamReader:
+    """Thread-safe for one consumer. An iterator (ends at end of stream) and a context manager."""
+
+    def __init__(self, ns: Namespace, name: str, start: DLSN | str = DLSN.INITIAL,
+                 start_txid: int | None = None) -> None:
+        check_names((name, "stream"))
+        self.ns, self.name = ns, name
+        view = ns.view(name)
+        self._min_txid = None if start_txid is None else int(start_txid)
+        self._pos = self._start_position(view, start, start_txid)
+        self._queue: queue.Queue[list[LogRecord] | BaseException | _End] = queue.Queue(READ_AHEAD_BATCHES)
+        self._batch: list[LogRecord] = []
+        self._index = 0
+        self._ended = False
+        self._stop = threading.Event()
+        self._handles: dict[int, ReadHandle] = {}
+        self._thread = threading.Thread(target=self._run, args=(self._pos,), daemon=True,
+                                        name=f"stream-read-ahead-{ns.name}/{name}")
+        self._thread.start()
+
+    def __repr__(self) -> str:
+        return f"StreamReader({self.ns.name}/{self.name} at {self._pos})"
+
+    def _start_position(self, view: StreamView, start: DLSN | str, start_txid: int | None) -> DLSN:
+        if start_txid is not None:
+            if not isinstance(start_txid, int) or isinstance(start_txid, bool):
+                raise errors.IncorrectParameterError(f"start_txid must be an int, not {start_txid!r}")
+            seg = next((s for s in view.ordered() if not s.is_sealed or s.last_txid >= start_txid), None)
+            pos = DLSN(seg.sequence, 0, 0) if seg else DLSN(view.meta.next_sequence, 0, 0)
+        elif start == "latest":
+            pos = self._tail_position(view)
+        elif isinstance(start, tuple) and len(start) == 3:
+            pos = DLSN.of(*start)
+        else:
+            raise errors.IncorrectParameterError(f"start must be a DLSN or 'latest', not {start!r}")
+        tb = view.meta.truncated_before
+        return max(pos, DLSN(*tb)) if tb else pos
+
+    def _tail_position(self, view: StreamView) -> DLSN:
+        seg = view.in_progress
+        if seg is None or seg.ledger_id is None:
+            return DLSN(view.meta.next_sequence, 0, 0)
+        h = self._handle(seg)
+        return DLSN(seg.sequence, h.read_last_add_confirmed() + 1, 0)
+
+    # ------------------------------------------------------------------ the caller's side
+
+    @property
+    def position(self) -> DLSN:
+        """Where the next record returned will be at or after."""
+        return self._pos
+
+    def read_next(self, timeout_ms: int = 1_000) -> LogRecord | None:
+        """The next record; None if none arrived within ``timeout_ms``; EndOfStreamError once the
+        stream has ended and every record was returned."""
+        got = self.read_batch(1, timeout_ms)
+        return got[0] if got else None
+
+    def read_batch(self, max_records: int = 10_000, timeout_ms: int = 100) -> list[LogRecord]:
+        """Up to ``max_records`` records that are ready, waiting up to ``timeout_ms`` for the first."""
+        if not isinstance(max_records, int) or max_records < 1:
+            raise errors.IncorrectParameterError(f"max_records must be a positive int, not {max_records!r}")
+        if self._stop.is_set():
+            raise errors.StreamClosedError(f"{self!r} is closed")
+        out: list[LogRecord] = []
+        deadline = time.monotonic() + max(0, timeout_ms) / 1000
+        while len(out) < max_records:
+            if self._index >= len(self._batch) and not self._next_batch(deadline if not out else 0.0):
+                break
+            take = self._batch[self._index:self._index + max_records - len(out)]
+            self._index += len(take)
+            out += take
+        if out:
+            last = out[-1].dlsn
+            self._pos = DLSN(last.segment, last.entry_id, last.slot + 1)
+        elif self._ended:
+            raise errors.EndOfStreamError(f"stream {self.ns.name}/{self.name} has ended")
+        return out
+
+    def _next_batch(self, deadline: float) -> bool:
+        if self._ended:
+            return False
+        try:
+            if deadline:
+                item = self._queue.get(timeout=max(0.0, deadline - time.monotonic()))
+            else:
+                item = self._queue.get_nowait()
+        except queue.Empty:
+            return False
+        if isinstance(item, _End):
+            self._ended = True
+            return False
+        if isinstance(item, BaseException):
+            self._ended = True
+            raise item
+        self._batch, self._index = item, 0
+        return True
+
+    def __iter__(self) -> Iterator[LogRecord]:
+        while True:
+            try:
+                yield from self.read_batch(10_000, 1_000)
+            except errors.EndOfStreamError:
+                return
+
+    def close(self) -> None:
+        self._stop.set()
+        while True:  # unblock the read-ahead thread if it waits for room
+            try:
+                self._queue.get_nowait()
+            except queue.Empty:
+                break
+        self._thread.join(timeout=10)
+
+    def __enter__(self) -> StreamReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ read-ahead thread
+
+    def _put(self, item: list[LogRecord] | BaseException | _End) -> bool:
+        while not self._stop.is_set():
+            try:
+                self._queue.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def _fresh_view(self, view: StreamView | None) -> StreamView:
+        """The stream as it is now: one read of its node, and of every segment only when that moved."""
+        with stream_errors(f"read stream {self.ns.name}/{self.name}"):
+            head = self.ns.client.store.read_stream_meta(self.ns.name, self.name)
+        if head is None:
+            raise errors.NoSuchStreamError(f"stream {self.ns.name}/{self.name} was deleted")
+        if view is not None and view.version == head[1]:
+            return view
+        return self.ns.view(self.name)
+
+    def _run(self, pos: DLSN) -> None:
+        failures = 0
+        idle = IDLE_POLL_S[0]
+        view: StreamView | None = None
+        while not self._stop.is_set():
+            try:
+                view = self._fresh_view(view)
+                pos, progressed, done = self._step(view, pos)
+                failures = 0
+            except errors.LedgerError as e:
+                failures += 1
+                log.warning("%r: read failed (%d in a row): %s", self, failures, e)
+                if failures >= ERRORS_MAX or isinstance(e, errors.NoSuchStreamError | errors.CorruptRecordSetError):
+                    self._put(e)
+                    return
+                self._stop.wait(min(1.0, 0.05 * 2 ** failures))
+                continue
+            if done:
+                self._put(_END)
+                return
+            if progressed:
+                idle = IDLE_POLL_S[0]
+            else:
+                self._stop.wait(idle)
+                idle = min(IDLE_POLL_S[1], idle * 2)
+
+    def _step(self, view: StreamView, pos: DLSN) -> tuple[DLSN, bool, bool]:
+        """One move from ``pos``: (new position, whether anything was read, whether the stream ended)."""
+        tb = view.meta.truncated_before
+        if tb and pos < DLSN(*tb):
+            pos = DLSN(*tb)
+        seg = next((s for s in view.ordered() if s.sequence >= pos.segment), None)
+        if seg is None:
+            return pos, False, view.meta.end_of_stream
+        if seg.sequence > pos.segment:
+            pos = DLSN(seg.sequence, 0, 0)
+        if seg.state is SegmentState.TIERED:
+            return self._deliver_tiered(seg, pos, tb)
+        if seg.is_sealed:
+            if pos.entry_id > seg.last_entry_id:
+                return DLSN(seg.sequence + 1, 0, 0), True, False
+            last = min(seg.last_entry_id, pos.entry_id + CHUNK_ENTRIES - 1)
+            return self._deliver(seg, pos, last, tb), True, False
+        return self._tail(seg, pos, tb)
+
+    def _tail(self, seg: SegmentMeta, pos: DLSN, tb: tuple[int, int, int] | None) -> tuple[DLSN, bool, bool]:
+        """The segment in progress: up to its LAC, then one long poll past it."""
+        h = self._handle(seg)
+        if pos.entry_id <= h.last_add_confirmed:
+            return self._deliver(seg, pos, min(h.last_add_confirmed, pos.entry_id + CHUNK_ENTRIES - 1), tb), True, False
+        _lac, entry = h.read_last_add_confirmed_and_entry(pos.entry_id, LONG_POLL_MS)
+        if entry is None:
+            return pos, True, False   # nothing new yet: read the metadata again (sealed? rolled?) at once
+        batch = self._decode(seg, entry.entry_id, entry.data, pos, tb)
+        if batch and not self._put(batch):
+            return pos, False, False
+        return DLSN(seg.sequence, entry.entry_id + 1, 0), True, False
+
+    def _deliver(self, seg: SegmentMeta, pos: DLSN, last: int, tb: tuple[int, int, int] | None) -> DLSN:
+        h = self._handle(seg)
+        batch: list[LogRecord] = []
+        for entry in h.read(pos.entry_id, last):
+            batch += self._decode(seg, entry.entry_id, entry.data, pos, tb)
+        if batch:
+            self._put(batch)
+        return DLSN(seg.sequence, last + 1, 0)
+
+    def _deliver_tiered(self, seg: SegmentMeta, pos: DLSN, tb: tuple[int, int, int] | None) -> tuple[DLSN, bool, bool]:
+        batch = [r for r in read_tiered_segment(seg, self.ns.name, self.name, pos) if self._wanted(r, tb)]
+        if batch:
+            self._put(batch)
+        return DLSN(seg.sequence + 1, 0, 0), True, False
+
+    def _decode(self, seg: SegmentMeta, entry_id: int, data: bytes, pos: DLSN,
+                tb: tuple[int, int, int] | None) -> list[LogRecord]:
+        rs = RecordSet(data, f"stream {self.ns.name}/{self.name} segment {seg.sequence} entry {entry_id}")
+        seq = seg.sequence
+        recs = [LogRecord(DLSN(seq, entry_id, i), t, p)
+                for i, (t, p) in enumerate(zip(rs.txids.tolist(), rs.payloads, strict=True))]
+        if (entry_id == pos.entry_id and pos.slot) or tb or self._min_txid is not None:
+            recs = [r for r in recs if r.dlsn >= pos and self._wanted(r, tb)]
+        return recs
+
+    def _wanted(self, r: LogRecord, tb: tuple[int, int, int] | None) -> bool:
+        if tb and r.dlsn < tb:
+            return False
+        if self._min_txid is not None:
+            if r.txid < self._min_txid:
+                return False
+            self._min_txid = None  # txids never go back: every later record is wanted
+        return True
+
+    def _handle(self, seg: SegmentMeta) -> ReadHandle:
+        lid = seg.ledger_id
+        if lid is None:
+            raise errors.MetadataServiceError(f"segment {seg.sequence} has no ledger")
+        h = self._handles.get(lid)
+        if h is None or (seg.is_sealed and not h.is_closed):
+            h = self.ns.client.open_ledger(lid, self.ns.settings.ledger_password, recovery=False)
+            self._handles = {k: v for k, v in self._handles.items() if k >= lid}  # older segments are done
+            self._handles[lid] = h
+        return h
