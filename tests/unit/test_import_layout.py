@@ -46,8 +46,8 @@ def test_a_clean_fake_tree_passes(tmp_path):
 
 
 def test_planted_upward_import_fails(tmp_path):
-    tree = _tree(tmp_path, {**BASE, "spark_bookie/server/bookie.py":
-                            "from ledger_client.protocol import framing\n\ndef f():\n    import ledger_client.client\n"})
+    bookie = "from ledger_client.protocol import framing\n\ndef f():\n    import ledger_client.client\n"
+    tree = _tree(tmp_path, {**BASE, "spark_bookie/server/bookie.py": bookie})
     problems = check_layout(tree)
     assert len(problems) == 1 and "spark_bookie.server.bookie (server) imports ledger_client.client (client)" \
         in problems[0] and "bookie.py:4" in problems[0]
@@ -73,12 +73,13 @@ def test_circle_within_one_role_is_allowed_but_type_checking_imports_do_not_coun
     tree = _tree(tmp_path, {**BASE,
                             "metadata/a.py": "from metadata.b import B\nA = 1\n",
                             "metadata/b.py": "from metadata.a import A\nB = 1\n",
-                            "ledger_client/protocol/framing.py":
-                                "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from ledger_client.client import Z\n"})
+                            "ledger_client/protocol/framing.py": "from typing import TYPE_CHECKING\n"
+                                "if TYPE_CHECKING:\n    from ledger_client.client import Z\n"})
     assert check_layout(tree) == []
 
 
 def test_kazoo_only_under_metadata_zk(tmp_path):
-    tree = _tree(tmp_path, {**BASE, "metadata/zk/__init__.py": "import kazoo\n", "metadata/store.py": "import kazoo.client\n"})
+    tree = _tree(tmp_path, {**BASE, "metadata/zk/__init__.py": "import kazoo\n",
+                            "metadata/store.py": "import kazoo.client\n"})
     problems = check_layout(tree)
     assert len(problems) == 1 and "metadata.store imports kazoo" in problems[0]
