@@ -115,6 +115,12 @@ def cmd_shell(args: argparse.Namespace) -> int:
     return run_shell(args)
 
 
+def cmd_stream(args: argparse.Namespace) -> int:
+    from spark_bookie.cli.stream import run_stream
+
+    return run_stream(args)
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     from spark_bookie.cli.bench import run_bench
 
@@ -180,6 +186,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("shell", help="inspect and test the cluster (listbookies, readledger, ...)")
     add_shell_parser(p, zk_default=zk_default())
     p.set_defaults(func=cmd_shell)
+
+    from spark_bookie.cli.stream import add_stream_parser
+
+    p = sub.add_parser("stream", help="namespaces and streams: create, list, info, write, tail, truncate, delete")
+    add_stream_parser(p)
+    p.set_defaults(func=cmd_stream)
 
     from spark_bookie.cli.bench import add_bench_parser
 

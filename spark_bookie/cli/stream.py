@@ -1,0 +1,226 @@
+"""`spark-bookie stream CMD`: namespaces and streams from the command line (DESIGN §4.2, §4.5).
+
+Built on the public client only. Plain text, one item per line; `--json` for structure. Records
+are written one per stdin line (the line without its newline; bytes as they are) and printed as
+`dlsn txid payload` (payload as UTF-8 when printable, else `hex:` and its hex). Every failure is
+one line on stderr and exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import TYPE_CHECKING, Any
+
+from spark_bookie.cli.common import zk_default
+from spark_bookie.cli.shell import ShellFunc, render_bytes, run_shell
+
+if TYPE_CHECKING:
+    from ledger_client import LedgerClient, LogRecord, Namespace
+
+WRITE_FLUSH_RECORDS = 1_000   # `stream write` waits for acknowledgements this often
+
+
+def _split(path: str) -> tuple[str, str]:
+    ns, sep, name = path.partition("/")
+    if not sep or not ns or not name:
+        raise argparse.ArgumentTypeError(f"want NAMESPACE/STREAM, not {path!r}")
+    return ns, name
+
+
+def _ns(client: LedgerClient, path: tuple[str, str]) -> tuple[Namespace, str]:
+    return client.namespace(path[0]), path[1]
+
+
+def _record_text(r: LogRecord) -> str:
+    enc, text = render_bytes(r.payload)
+    return f"{r.dlsn} {r.txid} {text if enc == 'utf-8' else 'hex:' + text}"
+
+
+def _record_json(r: LogRecord) -> dict[str, Any]:
+    enc, text = render_bytes(r.payload)
+    return {"dlsn": str(r.dlsn), "txid": r.txid, "encoding": enc, "payload": text}
+
+
+# ---------------------------------------------------------------------- commands
+
+def cmd_namespaces(client: LedgerClient, args: argparse.Namespace) -> int:
+    names = client.list_namespaces()
+    if args.json:
+        print(json.dumps({n: client.namespace(n).settings.to_json() for n in names}))
+    elif names:
+        print("\n".join(names))
+    return 0
+
+
+def cmd_create_namespace(client: LedgerClient, args: argparse.Namespace) -> int:
+    settings = {k: v for k, v in {
+        "ensemble_size": args.ensemble, "write_quorum_size": args.write_quorum, "ack_quorum_size": args.ack_quorum,
+        "segment_rolling_bytes": args.rolling_bytes, "segment_rolling_interval_ms": args.rolling_interval_ms,
+        "retention_ms": args.retention_ms, "retention_bytes": args.retention_bytes,
+        "tier_after_ms": args.tier_after_ms, "tier_table": args.tier_table,
+        "output_buffer_bytes": args.output_buffer_bytes}.items() if v is not None}
+    ns = client.create_namespace(args.namespace, **settings)
+    print(json.dumps(ns.settings.to_json()) if args.json else f"created namespace {ns.name}")
+    return 0
+
+
+def cmd_list(client: LedgerClient, args: argparse.Namespace) -> int:
+    names = client.namespace(args.namespace).list_streams(args.prefix)
+    if names or args.json:
+        print(json.dumps(names) if args.json else "\n".join(names))
+    return 0
+
+
+def cmd_info(client: LedgerClient, args: argparse.Namespace) -> int:
+    ns, name = _ns(client, args.stream)
+    info = ns.stream_info(name)
+    if args.json:
+        d = {"stream": f"{ns.name}/{name}", "first_dlsn": _s(info.first_dlsn), "last_dlsn": _s(info.last_dlsn),
+             "last_txid": info.last_txid, "end_of_stream": info.end_of_stream,
+             "truncated_before": _s(info.truncated_before),
+             "segments": [{**s.__dict__, "first_dlsn": _s(s.first_dlsn), "last_dlsn": _s(s.last_dlsn)}
+                          for s in info.segments]}
+        print(json.dumps(d))
+        return 0
+    print(f"stream {ns.name}/{name}: {len(info.segments)} segments, last txid {info.last_txid}, "
+          f"first {info.first_dlsn}, last {info.last_dlsn}{', ENDED' if info.end_of_stream else ''}"
+          f"{f', truncated before {info.truncated_before}' if info.truncated_before else ''}")
+    for s in info.segments:
+        where = f"ledger {s.ledger_id}" if s.ledger_id is not None else f"table {s.table} v{s.delta_version}"
+        print(f"  segment {s.sequence} {s.state:<11} {where} txids {s.first_txid}..{s.last_txid} "
+              f"records {s.record_count} bytes {s.bytes} dlsn {s.first_dlsn}..{s.last_dlsn}")
+    return 0
+
+
+def _s(d: object) -> str | None:
+    return None if d is None else str(d)
+
+
+def cmd_write(client: LedgerClient, args: argparse.Namespace) -> int:
+    ns, name = _ns(client, args.stream)
+    n = 0
+    last = None
+    with ns.open_writer(name, lock_timeout_ms=args.lock_timeout_ms) as w:
+        for line in sys.stdin.buffer:
+            last = w.write_async(line.rstrip(b"\n"))
+            n += 1
+            if n % WRITE_FLUSH_RECORDS == 0:
+                w.flush()
+        w.flush()
+    dlsn = last.result() if last is not None else None
+    print(json.dumps({"records": n, "last_dlsn": _s(dlsn)}) if args.json else f"wrote {n} records, last at {dlsn}")
+    return 0
+
+
+def cmd_tail(client: LedgerClient, args: argparse.Namespace) -> int:
+    from ledger_client import DLSN, errors
+
+    ns, name = _ns(client, args.stream)
+    start: dict[str, Any] = {}
+    if args.from_txid is not None:
+        start["start_txid"] = args.from_txid
+    elif args.from_ == "latest":
+        start["start"] = "latest"
+    elif args.from_ is not None:
+        start["start"] = DLSN.parse(args.from_)
+    shown = 0
+    with ns.open_reader(name, **start) as r:
+        while args.count is None or shown < args.count:
+            try:
+                batch = r.read_batch(1_000 if args.count is None else min(1_000, args.count - shown), 1_000)
+            except errors.EndOfStreamError:
+                break
+            if not batch and args.no_follow:
+                break
+            for rec in batch:
+                print(json.dumps(_record_json(rec)) if args.json else _record_text(rec), flush=not batch[1:])
+            shown += len(batch)
+            sys.stdout.flush()
+    return 0
+
+
+def cmd_truncate(client: LedgerClient, args: argparse.Namespace) -> int:
+    from ledger_client import DLSN
+
+    ns, name = _ns(client, args.stream)
+    point = DLSN.parse(args.dlsn)
+    with ns.open_writer(name, lock_timeout_ms=args.lock_timeout_ms) as w:
+        w.truncate(point)
+    print(f"truncated {ns.name}/{name} before {point}")
+    return 0
+
+
+def cmd_delete(client: LedgerClient, args: argparse.Namespace) -> int:
+    ns, name = _ns(client, args.stream)
+    ns.delete_stream(name)
+    print(f"deleted stream {ns.name}/{name}")
+    return 0
+
+
+def cmd_delete_namespace(client: LedgerClient, args: argparse.Namespace) -> int:
+    client.delete_namespace(args.namespace, force=args.force)
+    print(f"deleted namespace {args.namespace}")
+    return 0
+
+
+def cmd_retention(client: LedgerClient, args: argparse.Namespace) -> int:
+    ns, name = _ns(client, args.stream)
+    print(f"deleted {ns.apply_retention(name)} segments")
+    return 0
+
+
+# ---------------------------------------------------------------------- parser
+
+def add_stream_parser(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--zk", default=zk_default(), help="ZooKeeper connect string (default $SPARK_BOOKIE_ZK)")
+    sub = p.add_subparsers(dest="stream_command", required=True, metavar="CMD")
+
+    def command(name: str, func: ShellFunc, help_text: str) -> argparse.ArgumentParser:
+        c = sub.add_parser(name, help=help_text)
+        c.add_argument("--json", action="store_true", help="structured output")
+        c.set_defaults(shell_func=func)
+        return c
+
+    command("namespaces", cmd_namespaces, "list namespaces (--json: with their settings)")
+    c = command("create-namespace", cmd_create_namespace, "create a namespace with its settings")
+    c.add_argument("namespace")
+    c.add_argument("--ensemble", type=int, metavar="E")
+    c.add_argument("--write-quorum", type=int, metavar="Qw")
+    c.add_argument("--ack-quorum", type=int, metavar="Qa")
+    c.add_argument("--rolling-bytes", type=int, metavar="BYTES", help="new segment past this size")
+    c.add_argument("--rolling-interval-ms", type=int, metavar="MS", help="new segment past this age")
+    c.add_argument("--output-buffer-bytes", type=int, metavar="BYTES", help="records packed into one entry up to this")
+    c.add_argument("--retention-ms", type=int, metavar="MS")
+    c.add_argument("--retention-bytes", type=int, metavar="BYTES")
+    c.add_argument("--tier-after-ms", type=int, metavar="MS", help="tier sealed segments into Delta past this age")
+    c.add_argument("--tier-table", metavar="PATH", help="... into <PATH>/<stream>")
+    c = command("delete-namespace", cmd_delete_namespace, "delete a namespace (--force: and its streams)")
+    c.add_argument("namespace")
+    c.add_argument("--force", action="store_true")
+    c = command("list", cmd_list, "streams of a namespace")
+    c.add_argument("namespace")
+    c.add_argument("--prefix", default="")
+    for name, func, help_text in (("info", cmd_info, "segments, DLSN and txid ranges, counts, state"),
+                                  ("delete", cmd_delete, "delete a stream and its ledgers"),
+                                  ("retention", cmd_retention, "apply the namespace's retention now")):
+        c = command(name, func, help_text)
+        c.add_argument("stream", type=_split, metavar="NS/S")
+    c = command("write", cmd_write, "write one record per stdin line")
+    c.add_argument("stream", type=_split, metavar="NS/S")
+    c.add_argument("--lock-timeout-ms", type=int, default=30_000)
+    c = command("tail", cmd_tail, "print records, following the stream (Ctrl-C stops)")
+    c.add_argument("stream", type=_split, metavar="NS/S")
+    c.add_argument("--from", dest="from_", metavar="DLSN|latest", help="start here (default: the first record)")
+    c.add_argument("--from-txid", type=int, metavar="N", help="start at the first record with txid >= N")
+    c.add_argument("-n", "--count", type=int, help="stop after N records")
+    c.add_argument("--no-follow", action="store_true", help="stop when no record arrives for a second")
+    c = command("truncate", cmd_truncate, "drop every record before DLSN")
+    c.add_argument("stream", type=_split, metavar="NS/S")
+    c.add_argument("dlsn", metavar="DLSN")
+    c.add_argument("--lock-timeout-ms", type=int, default=30_000)
+
+
+def run_stream(args: argparse.Namespace) -> int:
+    return run_shell(args)
