@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from .entry import LedgerEntry
     from .protocol.framing import DigestType
     from .read_handle import ReadHandle
+    from .stream.aio import AsyncNamespace, AsyncStreamReader, AsyncStreamWriter
     from .stream.dlsn import DLSN, LogRecord
     from .stream.namespace import Namespace, SegmentInfo, StreamInfo
     from .stream.reader import StreamReader
@@ -36,7 +37,8 @@ _EXPORTS = {
     "WriteHandle": ".write_handle", "LedgerMetadata": "metadata", "LedgerState": "metadata",
     "DLSN": ".stream.dlsn", "LogRecord": ".stream.dlsn", "Namespace": ".stream.namespace",
     "NamespaceSettings": ".stream.settings", "StreamInfo": ".stream.namespace", "SegmentInfo": ".stream.namespace",
-    "StreamReader": ".stream.reader", "StreamWriter": ".stream.writer",
+    "StreamReader": ".stream.reader", "StreamWriter": ".stream.writer", "AsyncNamespace": ".stream.aio",
+    "AsyncStreamReader": ".stream.aio", "AsyncStreamWriter": ".stream.aio",
 }
 
 __all__ = sorted([*_EXPORTS, "errors"])

@@ -18,6 +18,7 @@ from .config import ClientConfig
 from .entry import LedgerEntry
 from .protocol.framing import DigestType
 from .read_handle import ReadHandle
+from .stream.aio import AsyncNamespace
 from .write_handle import WriteHandle
 
 if TYPE_CHECKING:
@@ -114,6 +115,19 @@ class AsyncLedgerClient:
 
     async def ledger_metadata(self, ledger_id: int) -> LedgerMetadata:
         return await asyncio.to_thread(self.sync.ledger_metadata, ledger_id)
+
+    # -- streams (DESIGN §4.5) ----------------------------------------------------------------
+    async def create_namespace(self, name: str, **settings: Any) -> AsyncNamespace:
+        return AsyncNamespace(await asyncio.to_thread(lambda: self.sync.create_namespace(name, **settings)))
+
+    async def namespace(self, name: str) -> AsyncNamespace:
+        return AsyncNamespace(await asyncio.to_thread(self.sync.namespace, name))
+
+    async def list_namespaces(self) -> list[str]:
+        return await asyncio.to_thread(self.sync.list_namespaces)
+
+    async def delete_namespace(self, name: str, force: bool = False) -> None:
+        await asyncio.to_thread(self.sync.delete_namespace, name, force)
 
     async def close(self) -> None:
         await asyncio.to_thread(self.sync.close)

@@ -258,3 +258,26 @@ def test_zookeeper_down_is_a_clear_error_within_the_timeout(cluster_factory, tmp
         c.close()
     finally:
         zk.stop()
+
+
+def test_async_surface(cluster_factory):
+    import asyncio
+
+    from ledger_client import AsyncLedgerClient
+
+    sb = cluster_factory(3)
+
+    async def main() -> list:
+        async with AsyncLedgerClient(sb.connect_string) as ac:
+            ns = await ac.create_namespace("aio", segment_rolling_bytes=500, output_buffer_bytes=100)
+            assert await ac.list_namespaces() == ["aio"]
+            async with await ns.open_writer("s") as w:
+                first = await w.write(b"one")
+                rest = await asyncio.gather(*[w.write_async(payload(i)) for i in range(50)])
+                assert first == DLSN(1, 0, 0) and rest == sorted(rest)
+                await w.mark_end_of_stream()
+            assert (await ns.stream_info("s")).end_of_stream
+            async with await ns.open_reader("s") as r:
+                return [rec.payload async for rec in r]
+
+    assert asyncio.run(main()) == [b"one"] + [payload(i) for i in range(50)]

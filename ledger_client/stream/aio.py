@@ -1,0 +1,114 @@
+"""The asyncio surface of streams (AsyncLedgerClient's): the same operations, bridged like the
+ledger handles are: blocking calls go to a thread, write futures are wrapped, and readers are
+async iterators, so an event loop never waits for a quorum or a long poll."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+from .. import errors
+from .dlsn import DLSN, LogRecord
+from .namespace import Namespace, StreamInfo
+from .reader import StreamReader
+from .settings import NamespaceSettings
+from .writer import StreamWriter
+
+
+class AsyncStreamWriter:
+    def __init__(self, writer: StreamWriter) -> None:
+        self.sync = writer
+
+    last_txid = property(lambda self: self.sync.last_txid)
+
+    async def write(self, payload: bytes, txid: int | None = None) -> DLSN:
+        return await asyncio.wrap_future(self.sync.write_async(payload, txid))
+
+    def write_async(self, payload: bytes, txid: int | None = None) -> asyncio.Future[DLSN]:
+        return asyncio.wrap_future(self.sync.write_async(payload, txid))
+
+    async def flush(self) -> None:
+        await asyncio.to_thread(self.sync.flush)
+
+    async def truncate(self, dlsn: DLSN) -> None:
+        await asyncio.to_thread(self.sync.truncate, dlsn)
+
+    async def mark_end_of_stream(self) -> None:
+        await asyncio.to_thread(self.sync.mark_end_of_stream)
+
+    async def close(self) -> None:
+        await asyncio.to_thread(self.sync.close)
+
+    async def __aenter__(self) -> AsyncStreamWriter:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+
+class AsyncStreamReader:
+    def __init__(self, reader: StreamReader) -> None:
+        self.sync = reader
+
+    position = property(lambda self: self.sync.position)
+
+    async def read_next(self, timeout_ms: int = 1_000) -> LogRecord | None:
+        return await asyncio.to_thread(self.sync.read_next, timeout_ms)
+
+    async def read_batch(self, max_records: int = 10_000, timeout_ms: int = 100) -> list[LogRecord]:
+        return await asyncio.to_thread(self.sync.read_batch, max_records, timeout_ms)
+
+    async def __aiter__(self) -> AsyncIterator[LogRecord]:
+        while True:
+            try:
+                batch = await self.read_batch(10_000, 1_000)
+            except errors.EndOfStreamError:
+                return
+            for rec in batch:
+                yield rec
+
+    async def close(self) -> None:
+        await asyncio.to_thread(self.sync.close)
+
+    async def __aenter__(self) -> AsyncStreamReader:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+
+class AsyncNamespace:
+    def __init__(self, ns: Namespace) -> None:
+        self.sync = ns
+
+    name = property(lambda self: self.sync.name)
+    settings = property(lambda self: self.sync.settings)
+
+    async def update_settings(self, **changes: Any) -> NamespaceSettings:
+        return await asyncio.to_thread(lambda: self.sync.update_settings(**changes))
+
+    async def create_stream(self, name: str) -> None:
+        await asyncio.to_thread(self.sync.create_stream, name)
+
+    async def delete_stream(self, name: str) -> None:
+        await asyncio.to_thread(self.sync.delete_stream, name)
+
+    async def list_streams(self, prefix: str = "") -> list[str]:
+        return await asyncio.to_thread(self.sync.list_streams, prefix)
+
+    async def stream_exists(self, name: str) -> bool:
+        return await asyncio.to_thread(self.sync.stream_exists, name)
+
+    async def stream_info(self, name: str) -> StreamInfo:
+        return await asyncio.to_thread(self.sync.stream_info, name)
+
+    async def apply_retention(self, name: str) -> int:
+        return await asyncio.to_thread(self.sync.apply_retention, name)
+
+    async def open_writer(self, name: str, lock_timeout_ms: int = 30_000) -> AsyncStreamWriter:
+        return AsyncStreamWriter(await asyncio.to_thread(self.sync.open_writer, name, lock_timeout_ms))
+
+    async def open_reader(self, name: str, start: DLSN | str = DLSN.INITIAL,
+                          start_txid: int | None = None) -> AsyncStreamReader:
+        return AsyncStreamReader(await asyncio.to_thread(self.sync.open_reader, name, start, start_txid))
