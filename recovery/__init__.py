@@ -31,6 +31,7 @@ from .errors import (
     RecoveryError,
     ReplicationError,
 )
+from .stream_maintenance import MaintenanceStats, StreamMaintenance, TierStep
 from .tracker import LostBookieTracker
 from .worker import ReplicationWorker, WorkerStats
 
@@ -46,11 +47,14 @@ __all__ = [
     "FragmentCopier",
     "FragmentUnrecoverableError",
     "LostBookieTracker",
+    "MaintenanceStats",
     "OpenFragmentError",
     "RecoveryConfigError",
     "RecoveryError",
     "ReplicationError",
     "ReplicationWorker",
+    "StreamMaintenance",
+    "TierStep",
     "WorkerStats",
     "delete_cookie",
     "drain_bookie",

@@ -25,6 +25,7 @@ from metadata import connect as connect_metadata
 
 from .auditor import Auditor, AuditorStats
 from .config import AutoRecoveryConfig
+from .stream_maintenance import StreamMaintenance, TierStep
 from .worker import ReplicationWorker
 
 log = logging.getLogger(__name__)
@@ -34,7 +35,9 @@ CONNECT_RETRY_S = 2.0
 
 class AutoRecovery:
     def __init__(self, zk_connect: str, config: AutoRecoveryConfig | None = None, *, candidate_id: str,
-                 run_auditor: bool = True, run_worker: bool = True) -> None:
+                 run_auditor: bool = True, run_worker: bool = True, tier_step: TierStep | None = None) -> None:
+        """``tier_step``: how old sealed segments of namespaces with ``tier_after_ms`` are tiered
+        into Delta by the auditor's stream maintenance (the Spark jobs provide one)."""
         if not candidate_id:
             raise ValueError("candidate_id must be a non-empty string (e.g. the bookie id)")
         if not zk_connect.startswith("memory://"):
@@ -55,6 +58,8 @@ class AutoRecovery:
         self._auditor: Auditor | None = None
         self._withdraw: Any = None
         self._is_auditor = False
+        self._maintenance: StreamMaintenance | None = None
+        self._tier_step: TierStep | None = tier_step
 
     # ------------------------------------------------------------------ public surface
 
@@ -91,6 +96,7 @@ class AutoRecovery:
         with self._lock:
             withdraw, self._withdraw = self._withdraw, None
             auditor, self._auditor = self._auditor, None
+            maintenance, self._maintenance = self._maintenance, None
             worker, self.worker = self.worker, None
             client, self.client = self.client, None
             store, self.store = self.store, None
@@ -102,6 +108,8 @@ class AutoRecovery:
                 log.info("autorecovery: withdrawing from the election: %s", e)
         if auditor is not None:
             auditor.stop()
+        if maintenance is not None:
+            maintenance.stop()
         if worker is not None:
             worker.stop()
         if client is not None:
@@ -173,9 +181,15 @@ class AutoRecovery:
                 elected = False
             self._is_auditor = elected
             old, self._auditor = self._auditor, None
+            old_maintenance, self._maintenance = self._maintenance, None
             if elected and store is not None and client is not None:
                 self._auditor = Auditor(store, self.config, client.pool)
                 self._auditor.start()
+                self._maintenance = StreamMaintenance(client, self.config.stream_maintenance_interval_ms,
+                                                      self._tier_step)
+                self._maintenance.start()
         if old is not None:
             old.stop(timeout_s=None)
+        if old_maintenance is not None:
+            old_maintenance.stop()
         log.info("autorecovery %s: %s the auditor", self.candidate_id, "now" if elected else "no longer")

@@ -45,6 +45,8 @@ class AutoRecoveryConfig:
     copy_stall_timeout_ms: int = 60_000               # a copy with no progress this long fails
     bookie_timeout_ms: int = 10_000                   # deadline of one read RPC; add timeout of recovery writes
     recovery_operation_timeout_ms: int = 120_000      # fencing and closing an open ledger gives up after this
+    # ---- streams (run by the auditor: one process per cluster)
+    stream_maintenance_interval_ms: int = 60_000      # retention (and tiering) of every stream; 0 = off
 
     def __post_init__(self) -> None:
         problems: list[str] = []

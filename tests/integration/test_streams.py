@@ -281,3 +281,29 @@ def test_async_surface(cluster_factory):
                 return [rec.payload async for rec in r]
 
     assert asyncio.run(main()) == [b"one"] + [payload(i) for i in range(50)]
+
+
+def test_autorecovery_process_applies_retention_to_an_idle_stream(cluster_factory, tmp_path):
+    from autorecovery_helpers import AutoRecoveryProcess, write_autorecovery_conf
+    from bookie_helpers import wait_until
+
+    sb = cluster_factory(3)
+    with client(sb) as c:
+        ns = c.create_namespace("ns", segment_rolling_bytes=300, output_buffer_bytes=100)
+        with ns.open_writer("idle") as w:
+            for i in range(200):
+                w.write(payload(i))
+        before = ns.stream_info("idle").segments
+        assert len(before) >= 5
+        ns.update_settings(retention_bytes=400)          # nothing writes any more: only the auditor trims
+        conf = write_autorecovery_conf(tmp_path / "ar.toml", stream_maintenance_interval_ms=300)
+        ar = AutoRecoveryProcess(sb.connect_string, conf, "ar-1", tmp_path / "ar.log")
+        try:
+            ar.wait_ready()
+            wait_until(lambda: len(ns.stream_info("idle").segments) < len(before), 30, what="retention")
+        finally:
+            ar.stop()
+        kept = ns.stream_info("idle")
+        assert kept.truncated_before is not None and kept.segments[-1].sequence == before[-1].sequence
+        recs = read_all(ns, "idle", 1)
+        assert recs and recs[-1].payload == payload(199) and recs[0].dlsn >= kept.truncated_before
