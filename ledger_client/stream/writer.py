@@ -167,6 +167,10 @@ class StreamWriter:
             return
         out_max = self.ns.settings.output_buffer_bytes
         while self._buffer and (not full_only or self._buffer_bytes >= out_max):
+            if self._roll_due(seg):  # a backlog goes to the next segment, not all into this one
+                self._busy = True
+                self._client.run_soon(self._transition)
+                return
             self._send_entry_locked(seg, out_max)
             full_only = True
 

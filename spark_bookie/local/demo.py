@@ -1,9 +1,15 @@
-"""The sandbox demo (README's main command): a replicated ledger surviving a bookie's death.
+"""The sandbox demo (README's main command): a replicated ledger surviving a bookie's death, then
+a stream surviving its writer's.
 
-One client writes a ledger with E3/Qw3/Qa2; halfway through, one bookie of its ensemble is
+Ledger: one client writes a ledger with E3/Qw3/Qa2; halfway through, one bookie of its ensemble is
 killed with SIGKILL and the writer keeps going through an ensemble change; a second client then
 opens the ledger with recovery (fencing the writer), reads every entry back byte for byte and
 prints the ledger's fragments.
+
+Stream: a writer appends records to a stream that rolls into several segments while a reader
+tails it; the writer's client then dies without closing; a second writer takes the stream over
+(recovering and sealing the first one's segment with fencing) and goes on; the reader sees every
+acknowledged record once, in order, and the stream's segments are printed.
 """
 
 from __future__ import annotations
@@ -11,7 +17,7 @@ from __future__ import annotations
 import time
 from concurrent.futures import Future
 
-from ledger_client import ClientConfig, LedgerClient, errors
+from ledger_client import ClientConfig, LedgerClient, LogRecord, errors
 from spark_bookie.local.sandbox import Sandbox
 
 ENTRIES = 2000
@@ -59,5 +65,39 @@ def round_trip(sb: Sandbox, entries: int = ENTRIES) -> int:
             print("fragments (first entry: bookies):")
             for first, bookies in sorted(r.metadata.ensembles.items()):
                 print(f"  {first}: {bookies}")
+    if stream_round_trip(sb) != 0:
+        return 1
     print("demo OK")
+    return 0
+
+
+def stream_round_trip(sb: Sandbox, records: int = 3_000) -> int:
+    cfg = ClientConfig(add_timeout_ms=5_000)
+    with LedgerClient(sb.connect_string, config=cfg) as admin:
+        ns = admin.create_namespace("demo", segment_rolling_bytes=256 << 10, output_buffer_bytes=16 << 10)
+        first = LedgerClient(sb.connect_string, config=cfg)
+        w = first.namespace("demo").open_writer("events")   # creates the stream
+        reader = ns.open_reader("events")                    # tails it from the start
+        acked = [w.write_async(_payload(i)) for i in range(records // 2)]
+        w.flush()
+        print(f"stream demo/events: {len(acked)} records written by a first writer")
+        first.close()   # its process "dies": no close, its lock goes with its ZooKeeper session
+        with admin.namespace("demo").open_writer("events") as w2:
+            print(f"a second writer took the stream over (last txid it found: {w2.last_txid})")
+            acked += [w2.write_async(_payload(i)) for i in range(records // 2, records)]
+        got: list[LogRecord] = []
+        while len(got) < records:
+            batch = reader.read_batch(10_000, 5_000)
+            if not batch:
+                break
+            got += batch
+        reader.close()
+        if [r.payload for r in got] != [_payload(i) for i in range(records)] or \
+                [r.dlsn for r in got] != [f.result(10) for f in acked]:
+            print(f"ERROR: the tailing reader got {len(got)} records, not the {records} acknowledged ones in order")
+            return 1
+        print(f"a tailing reader got all {records} records once, in order, with their DLSNs")
+        for seg in ns.stream_info("events").segments:
+            print(f"  segment {seg.sequence}: {seg.state}, {seg.record_count} records, txids "
+                  f"{seg.first_txid}..{seg.last_txid}, {seg.first_dlsn}..{seg.last_dlsn}")
     return 0

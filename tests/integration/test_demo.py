@@ -20,3 +20,7 @@ def test_sandbox_demo_survives_a_bookie_kill(tmp_path):
     # Two fragments: the ensemble change after the kill.
     frags = [line for line in out.splitlines() if line.startswith("  ") and ": [" in line]
     assert len(frags) >= 2
+    # The stream part: a second writer takes over from a dead one; the tailing reader misses nothing.
+    assert "a second writer took the stream over" in out and "got all 3000 records once, in order" in out
+    segments = [line for line in out.splitlines() if line.startswith("  segment ")]
+    assert len(segments) >= 3 and all("sealed" in line for line in segments)
