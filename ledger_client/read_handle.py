@@ -369,6 +369,36 @@ class ReadHandle:
             entry = self._read(entry_id, entry_id)[0]
         return self._lac, entry
 
+    def poll_entries(self, first: int, last: int, timeout_ms: int) -> list[LedgerEntry]:
+        """Long poll for a tail: entries first..last confirmed so far, waiting up to ``timeout_ms``
+        for the LAC to reach ``first``; [] if it did not. One range read on one bookie of the
+        write set (the next one if it fails): everything confirmed since the last poll comes back
+        in one answer, so a reader polls once per batch, not once per entry."""
+        if first <= self._lac:
+            return self._read(first, min(last, self._lac))
+        if self.is_closed:
+            return []
+        md, cfg = self._md, self._client.config
+        replicas = self._replicas(first, md.ensembles[max(md.ensembles)])
+        start = self.next_rotation()
+        deadline = time.monotonic() + timeout_ms / 1000 + cfg.read_timeout_ms / 1000
+        for k in range(len(replicas)):
+            b = replicas[(start + k) % len(replicas)]
+            try:
+                fut = self._client.pool.get(b).poll_range_future(self.ledger_id, first, last, first - 1, timeout_ms,
+                                                                 cfg.read_batch_bytes_max)
+                resp = fut.result(timeout=max(0.001, deadline - time.monotonic()))
+            except (errors.LedgerError, grpc.RpcError, TimeoutError, grpc.FutureTimeoutError):
+                continue
+            if resp.status != pb.EOK:
+                continue
+            self._advance_lac(resp.lac)
+            try:
+                return [self.decode(first + i, b) for i, b in enumerate(resp.bodies)]
+            except errors.DigestMismatchError:
+                continue
+        return []
+
     def _await_poll(self, polls: list[grpc.Future], entry_id: int, deadline: float) -> LedgerEntry | None:
         for _i, f in as_completed(dict(enumerate(polls)), deadline):
             try:

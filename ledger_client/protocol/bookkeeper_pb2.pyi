@@ -152,23 +152,29 @@ class ReadResponse(_message.Message):
     def __init__(self, status: _Optional[_Union[StatusCode, str]] = ..., ledger_id: _Optional[int] = ..., entry_id: _Optional[int] = ..., body: _Optional[bytes] = ..., max_lac: _Optional[int] = ..., detail: _Optional[str] = ...) -> None: ...
 
 class ReadRangeRequest(_message.Message):
-    __slots__ = ("ledger_id", "first_entry_id", "last_entry_id", "max_bytes", "entry_ids", "request_id")
+    __slots__ = ("ledger_id", "first_entry_id", "last_entry_id", "max_bytes", "entry_ids", "request_id", "wait_for_lac", "previous_lac", "timeout_ms")
     LEDGER_ID_FIELD_NUMBER: _ClassVar[int]
     FIRST_ENTRY_ID_FIELD_NUMBER: _ClassVar[int]
     LAST_ENTRY_ID_FIELD_NUMBER: _ClassVar[int]
     MAX_BYTES_FIELD_NUMBER: _ClassVar[int]
     ENTRY_IDS_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    WAIT_FOR_LAC_FIELD_NUMBER: _ClassVar[int]
+    PREVIOUS_LAC_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
     ledger_id: int
     first_entry_id: int
     last_entry_id: int
     max_bytes: int
     entry_ids: _containers.RepeatedScalarFieldContainer[int]
     request_id: int
-    def __init__(self, ledger_id: _Optional[int] = ..., first_entry_id: _Optional[int] = ..., last_entry_id: _Optional[int] = ..., max_bytes: _Optional[int] = ..., entry_ids: _Optional[_Iterable[int]] = ..., request_id: _Optional[int] = ...) -> None: ...
+    wait_for_lac: bool
+    previous_lac: int
+    timeout_ms: int
+    def __init__(self, ledger_id: _Optional[int] = ..., first_entry_id: _Optional[int] = ..., last_entry_id: _Optional[int] = ..., max_bytes: _Optional[int] = ..., entry_ids: _Optional[_Iterable[int]] = ..., request_id: _Optional[int] = ..., wait_for_lac: _Optional[bool] = ..., previous_lac: _Optional[int] = ..., timeout_ms: _Optional[int] = ...) -> None: ...
 
 class ReadRangeResponse(_message.Message):
-    __slots__ = ("status", "ledger_id", "first_entry_id", "bodies", "detail", "entry_ids", "request_id")
+    __slots__ = ("status", "ledger_id", "first_entry_id", "bodies", "detail", "entry_ids", "request_id", "lac")
     STATUS_FIELD_NUMBER: _ClassVar[int]
     LEDGER_ID_FIELD_NUMBER: _ClassVar[int]
     FIRST_ENTRY_ID_FIELD_NUMBER: _ClassVar[int]
@@ -176,6 +182,7 @@ class ReadRangeResponse(_message.Message):
     DETAIL_FIELD_NUMBER: _ClassVar[int]
     ENTRY_IDS_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    LAC_FIELD_NUMBER: _ClassVar[int]
     status: StatusCode
     ledger_id: int
     first_entry_id: int
@@ -183,7 +190,8 @@ class ReadRangeResponse(_message.Message):
     detail: str
     entry_ids: _containers.RepeatedScalarFieldContainer[int]
     request_id: int
-    def __init__(self, status: _Optional[_Union[StatusCode, str]] = ..., ledger_id: _Optional[int] = ..., first_entry_id: _Optional[int] = ..., bodies: _Optional[_Iterable[bytes]] = ..., detail: _Optional[str] = ..., entry_ids: _Optional[_Iterable[int]] = ..., request_id: _Optional[int] = ...) -> None: ...
+    lac: int
+    def __init__(self, status: _Optional[_Union[StatusCode, str]] = ..., ledger_id: _Optional[int] = ..., first_entry_id: _Optional[int] = ..., bodies: _Optional[_Iterable[bytes]] = ..., detail: _Optional[str] = ..., entry_ids: _Optional[_Iterable[int]] = ..., request_id: _Optional[int] = ..., lac: _Optional[int] = ...) -> None: ...
 
 class ReadLacRequest(_message.Message):
     __slots__ = ("ledger_id",)

@@ -451,6 +451,17 @@ class BookieClient:
             raise errors.LedgerTimeoutError(f"{self.address}: no answer to a range read in "
                                             f"{self._timeout_s:.0f}s") from e
 
+    def poll_range_future(self, ledger_id: int, first: int, last: int, previous_lac: int, timeout_ms: int,
+                          max_bytes: int = 0) -> Any:
+        """A long-poll range read (ReadRangeRequest.wait_for_lac), without blocking: a Future of the
+        ReadRangeResponse holding the entries first..min(last, LAC) once the bookie's LAC passed
+        previous_lac (none if it did not within timeout_ms), and the LAC."""
+        req = pb.ReadRangeRequest(ledger_id=ledger_id, first_entry_id=first, last_entry_id=last, max_bytes=max_bytes,
+                                  wait_for_lac=True, previous_lac=previous_lac, timeout_ms=timeout_ms)
+        if self._read_transport == "grpc":
+            return self._stub.ReadRange.future(req, timeout=self._timeout_s + timeout_ms / 1000)
+        return self._socket_reads().submit(req)
+
     def read_entries_future(self, ledger_id: int, entry_ids: list[int], max_bytes: int = 0) -> Any:
         """A listed read (strictly ascending ids), without blocking: a Future of the
         ReadRangeResponse whose entry_ids name its bodies (see ReadRangeRequest.entry_ids).

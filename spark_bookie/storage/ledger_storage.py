@@ -386,6 +386,21 @@ class LedgerStorage:
             body = block.bodies[slot]
         return body
 
+    def get_cached_range(self, ledger_id: int, first: int, last: int, max_bytes: int) -> list[bytes] | None:
+        """get_range's answer if every entry of it is still in the write caches (no disk, no
+        waiting: fit for the event loop), else None. A tail's entries are that fresh."""
+        out: list[bytes] = []
+        total = 0
+        for eid in range(first, last + 1):
+            body = self._cached(ledger_id, eid)
+            if body is None:
+                return None   # some of it is on disk: the executor reads it all
+            if out and total + len(body) > max_bytes:
+                break
+            out.append(body)
+            total += len(body)
+        return out or None
+
     def get_range(self, ledger_id: int, first: int, last: int, max_bytes: int) -> list[bytes]:
         """Consecutive entries from `first`, stopping at `last`, a gap, or `max_bytes` (the first
         entry is returned even if larger). NoEntryError if `first` itself is missing."""
