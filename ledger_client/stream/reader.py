@@ -35,6 +35,7 @@ CHUNK_ENTRIES = 16              # entries per range read (record sets of up to o
 LONG_POLL_MS = 200              # how long a poll at the tail waits before the metadata is read again
 IDLE_POLL_S = (0.005, 0.2)      # waiting for a new segment: from, up to (doubling)
 ERRORS_MAX = 5                  # read failures in a row before the reader gives up
+VIEW_MAX_AGE_S = 0.1            # the stream's metadata is read again at least this often while reading
 
 
 class _End:
@@ -52,6 +53,7 @@ class StreamReader:
         check_names((name, "stream"))
         self.ns, self.name = ns, name
         view = ns.view(name)
+        self._handles: dict[int, ReadHandle] = {}
         self._min_txid = None if start_txid is None else int(start_txid)
         self._pos = self._start_position(view, start, start_txid)
         self._queue: queue.Queue[list[LogRecord] | BaseException | _End] = queue.Queue(READ_AHEAD_BATCHES)
@@ -59,7 +61,7 @@ class StreamReader:
         self._index = 0
         self._ended = False
         self._stop = threading.Event()
-        self._handles: dict[int, ReadHandle] = {}
+        self._stale = True                 # the read-ahead thread reads the metadata again before its next step
         self._thread = threading.Thread(target=self._run, args=(self._pos,), daemon=True,
                                         name=f"stream-read-ahead-{ns.name}/{name}")
         self._thread.start()
@@ -189,9 +191,15 @@ class StreamReader:
         failures = 0
         idle = IDLE_POLL_S[0]
         view: StreamView | None = None
+        read_at = 0.0
         while not self._stop.is_set():
             try:
-                view = self._fresh_view(view)
+                # The metadata is read again when the tail had nothing new (sealed? rolled?), when
+                # there was no segment to read, and at least every VIEW_MAX_AGE_S (truncations);
+                # not per batch: at 1,000 entries/s a read per entry would hold the reader back.
+                now = time.monotonic()
+                if view is None or self._stale or now - read_at > VIEW_MAX_AGE_S:
+                    view, read_at, self._stale = self._fresh_view(view), now, False
                 pos, progressed, done = self._step(view, pos)
                 failures = 0
             except errors.LedgerError as e:
@@ -218,6 +226,7 @@ class StreamReader:
             pos = DLSN(*tb)
         seg = next((s for s in view.ordered() if s.sequence >= pos.segment), None)
         if seg is None:
+            self._stale = True
             return pos, False, view.meta.end_of_stream
         if seg.sequence > pos.segment:
             pos = DLSN(seg.sequence, 0, 0)
@@ -235,13 +244,16 @@ class StreamReader:
         h = self._handle(seg)
         if pos.entry_id <= h.last_add_confirmed:
             return self._deliver(seg, pos, min(h.last_add_confirmed, pos.entry_id + CHUNK_ENTRIES - 1), tb), True, False
-        _lac, entry = h.read_last_add_confirmed_and_entry(pos.entry_id, LONG_POLL_MS)
-        if entry is None:
-            return pos, True, False   # nothing new yet: read the metadata again (sealed? rolled?) at once
-        batch = self._decode(seg, entry.entry_id, entry.data, pos, tb)
+        entries = h.poll_entries(pos.entry_id, pos.entry_id + CHUNK_ENTRIES - 1, LONG_POLL_MS)
+        if not entries:
+            self._stale = True        # nothing new yet: read the metadata again (sealed? rolled?) at once
+            return pos, True, False
+        batch: list[LogRecord] = []
+        for entry in entries:
+            batch += self._decode(seg, entry.entry_id, entry.data, pos, tb)
         if batch and not self._put(batch):
             return pos, False, False
-        return DLSN(seg.sequence, entry.entry_id + 1, 0), True, False
+        return DLSN(seg.sequence, entries[-1].entry_id + 1, 0), True, False
 
     def _deliver(self, seg: SegmentMeta, pos: DLSN, last: int, tb: tuple[int, int, int] | None) -> DLSN:
         h = self._handle(seg)
@@ -262,8 +274,10 @@ class StreamReader:
                 tb: tuple[int, int, int] | None) -> list[LogRecord]:
         rs = RecordSet(data, f"stream {self.ns.name}/{self.name} segment {seg.sequence} entry {entry_id}")
         seq = seg.sequence
-        recs = [LogRecord(DLSN(seq, entry_id, i), t, p)
-                for i, (t, p) in enumerate(zip(rs.txids.tolist(), rs.payloads, strict=True))]
+        txids, payloads, new = rs.txids.tolist(), rs.payloads, tuple.__new__
+        # tuple.__new__ directly: the NamedTuples' own __new__ is a Python function, and this runs
+        # once per record (~0.5 us instead of ~0.7 per record of a catch-up read).
+        recs = [new(LogRecord, (new(DLSN, (seq, entry_id, i)), txids[i], payloads[i])) for i in range(rs.count)]
         if (entry_id == pos.entry_id and pos.slot) or tb or self._min_txid is not None:
             recs = [r for r in recs if r.dlsn >= pos and self._wanted(r, tb)]
         return recs

@@ -64,9 +64,20 @@ def recover_segment(ns: Namespace, name: str, seg: SegmentMeta, lock: StreamLock
         log.info("stream %s/%s: dropping empty segment %d (ledger %d)", ns.name, name, seg.sequence, seg.ledger_id)
         commit(ns, name, lambda v: tr.drop_empty_segment(v, seg.sequence) if _still(v, seg) else None, lock)
         return
-    rs = RecordSet(h.read(last, last)[0].data, f"ledger {seg.ledger_id} entry {last}")
+    # The last entry may be a control record set (no records): the segment ends at the last entry
+    # that holds records. Control entries only follow a write that completed, one per idle spell,
+    # so this walks back one or two entries.
+    while True:
+        rs = RecordSet(h.read(last, last)[0].data, f"ledger {seg.ledger_id} entry {last}")
+        if rs.count or last == 0:
+            break
+        last -= 1
+    if rs.count == 0:
+        log.info("stream %s/%s: dropping segment %d without records", ns.name, name, seg.sequence)
+        commit(ns, name, lambda v: tr.drop_empty_segment(v, seg.sequence) if _still(v, seg) else None, lock)
+        return
     end = SegmentEnd(last_entry_id=last, last_slot=rs.count - 1, record_count=rs.records_before + rs.count,
-                     nbytes=h.length, last_txid=int(rs.txids[-1]) if rs.count else seg.first_txid)
+                     nbytes=h.length, last_txid=int(rs.txids[-1]))
     log.info("stream %s/%s: sealing segment %d of a dead writer at entry %d (%d records)", ns.name, name,
              seg.sequence, last, end.record_count)
     commit(ns, name, lambda v: tr.seal_segment(v, seg.sequence, end, now_ms()) if _still(v, seg) else None, lock)
