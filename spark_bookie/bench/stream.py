@@ -1,0 +1,281 @@
+"""`spark-bookie bench stream`: a stream of 100-byte records against Redis Streams, same machine.
+
+Three bookie processes, one namespace E3/Qw3/Qa2, one writer. Measured in the same run:
+(1) throughput: one writer, records written as fast as it can (write_async, flushed at the end),
+    beside Redis Streams (`appendfsync always`) fed by several clients pipelining XADD;
+(2) end-to-end latency at an offered 1,000 records/s: each record carries the monotonic time it
+    was due (open loop: a late send counts), and a tailing reader in another process takes the
+    difference when it gets it; beside Redis: XADD at the same rate, XREAD BLOCK in another process;
+(3) catch-up: a new reader reads the whole stream written in (1) from the start.
+Goals (issue 19): >= 200,000 records/s and >= 2x Redis; end to end p50 < 2 ms and p99 < 10 ms;
+catch-up >= 500,000 records/s. CLOCK_MONOTONIC is one clock for every process of the machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from spark_bookie.bench.common import cpu_seconds, pct
+
+GOAL_RECORDS_PER_S = 200_000
+GOAL_PEER_RATIO = 2.0
+GOAL_P50_MS = 2.0
+GOAL_P99_MS = 10.0
+GOAL_CATCH_UP_PER_S = 500_000
+RECORD_BYTES = 100
+_STAMP = struct.Struct("<q")   # the record's due time, monotonic ns, then padding
+
+READER_SCRIPT = """
+import json, sys, time
+from ledger_client import LedgerClient
+zk, ns, stream, n = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+c = LedgerClient(zk)
+r = c.namespace(ns).open_reader(stream, start="latest")
+print("ready", flush=True)
+lat = []
+while len(lat) < n:
+    for rec in r.read_batch(10_000, 1_000):
+        lat.append((time.monotonic_ns() - int.from_bytes(rec.payload[:8], "little", signed=True)) / 1e6)
+print(json.dumps(lat), flush=True)
+r.close(); c.close()
+"""
+
+REDIS_READER_SCRIPT = """
+import json, sys, time, redis
+port, n = int(sys.argv[1]), int(sys.argv[2])
+r = redis.Redis(port=port)
+last = "0-0"   # a fresh stream: everything added to it counts
+print("ready", flush=True)
+lat = []
+while len(lat) < n:
+    for _stream, msgs in r.xread({"lat": last}, block=1000, count=1000) or []:
+        now = time.monotonic_ns()
+        for mid, fields in msgs:
+            last = mid
+            lat.append((now - int.from_bytes(fields[b"p"][:8], "little", signed=True)) / 1e6)
+print(json.dumps(lat), flush=True)
+"""
+
+
+def add_stream_parser(sub: Any) -> None:
+    p = sub.add_parser("stream", help="a stream of 100-byte records vs Redis Streams: throughput, latency, catch-up")
+    p.add_argument("--records", type=int, default=1_000_000, help="records written in the throughput run")
+    p.add_argument("--seconds-at-rate", type=float, default=10.0, help="length of the 1,000/s latency runs")
+    p.add_argument("--redis-clients", type=int, default=8)
+    p.add_argument("--json", default="bench-stream.json")
+    p.add_argument("--quick", action="store_true", help="a smoke-sized run")
+    p.set_defaults(func_bench=bench_stream)
+
+
+def _record(due_ns: int) -> bytes:
+    return _STAMP.pack(due_ns) + b"x" * (RECORD_BYTES - _STAMP.size)
+
+
+def throughput(ns: Any, stream: str, records: int) -> dict[str, float]:
+    w = ns.open_writer(stream)
+    payload = _record(0)
+    c0, t0 = cpu_seconds(), time.perf_counter()
+    write = w.write_async
+    last = None
+    for _ in range(records):
+        last = write(payload)
+    w.flush()
+    elapsed, cpu = time.perf_counter() - t0, cpu_seconds() - c0
+    if last is None or last.exception() is not None:
+        raise RuntimeError(f"the last record failed: {last.exception() if last else 'none written'}")
+    w.close()
+    return {"records": records, "seconds": elapsed, "records_per_s": records / elapsed,
+            "mb_per_s": records * RECORD_BYTES / elapsed / 1e6, "client_cpu_us_per_record": cpu / records * 1e6}
+
+
+def catch_up(ns: Any, stream: str, records: int) -> dict[str, float]:
+    n = 0
+    c0, t0 = cpu_seconds(), time.perf_counter()
+    with ns.open_reader(stream) as r:
+        while n < records:
+            got = r.read_batch(100_000, 5_000)
+            if not got:
+                raise RuntimeError(f"the catch-up reader stopped at {n} of {records} records")
+            n += len(got)
+    elapsed, cpu = time.perf_counter() - t0, cpu_seconds() - c0
+    return {"records": n, "seconds": elapsed, "records_per_s": n / elapsed, "client_cpu_us_per_record": cpu / n * 1e6}
+
+
+def _start_reader(argv: list[str]) -> subprocess.Popen[str]:
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    if proc.stdout.readline().strip() != "ready":
+        proc.kill()
+        raise RuntimeError(f"the latency reader did not start: {proc.stderr.read() if proc.stderr else ''}")
+    return proc
+
+
+def _finish_reader(proc: subprocess.Popen[str]) -> dict[str, float]:
+    out, err = proc.communicate(timeout=120)
+    if proc.returncode != 0:
+        raise RuntimeError(f"the latency reader failed: {err}")
+    lat = [ms / 1000 for ms in json.loads(out.strip().splitlines()[-1])]   # pct() takes seconds
+    return {"records": len(lat), "p50_ms": pct(lat, 50), "p99_ms": pct(lat, 99), "p999_ms": pct(lat, 99.9),
+            "max_ms": max(lat) * 1000 if lat else float("nan")}
+
+
+def _paced(send: Any, rate: float, seconds: float) -> int:
+    """Open loop: record i is due at t0 + i/rate and carries that due time."""
+    n = max(1, int(rate * seconds))
+    t0 = time.monotonic_ns()
+    step = int(1e9 / rate)
+    for i in range(n):
+        due = t0 + i * step
+        delay = (due - time.monotonic_ns()) / 1e9
+        if delay > 0:
+            time.sleep(delay)
+        send(_record(due))
+    return n
+
+
+def latency(zk: str, ns: Any, stream: str, rate: float, seconds: float) -> dict[str, float]:
+    ns.create_stream(stream)
+    n = max(1, int(rate * seconds)) + 1   # the first record, written before the paced ones, counts too
+    proc = _start_reader([sys.executable, "-c", READER_SCRIPT, zk, ns.name, stream, str(n)])
+    try:
+        with ns.open_writer(stream) as w:
+            w.write(_record(time.monotonic_ns()))   # the first segment exists before timing starts
+            time.sleep(0.5)
+            _paced(w.write_async, rate, seconds)
+            w.flush()
+        return _finish_reader(proc)
+    finally:
+        proc.kill()
+
+
+def redis_peer(workdir: Path, seconds: float, clients: int, rate: float, rate_seconds: float) -> dict[str, Any]:
+    """Redis Streams with appendfsync always: pipelined XADD throughput, and XREAD BLOCK latency."""
+    import redis
+
+    from spark_bookie.local.zookeeper import free_port
+
+    server = shutil.which("redis-server")
+    if server is None:
+        return {"error": "redis-server is not installed (scripts/bootstrap installs it as root)"}
+    port = free_port()
+    workdir.mkdir(parents=True, exist_ok=True)
+    proc = subprocess.Popen([server, "--port", str(port), "--bind", "127.0.0.1", "--dir", str(workdir),
+                             "--appendonly", "yes", "--appendfsync", "always", "--save", ""],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        r = redis.Redis(port=port)
+        for _ in range(100):
+            try:
+                r.ping()
+                break
+            except redis.ConnectionError:
+                time.sleep(0.05)
+        out: dict[str, Any] = {"clients": clients, "pipeline": 100, "fsync": "always"}
+        out["records_per_s"] = _redis_throughput(port, seconds, clients)
+        reader = _start_reader([sys.executable, "-c", REDIS_READER_SCRIPT, str(port), str(int(rate * rate_seconds))])
+        try:
+            _paced(lambda p: r.xadd("lat", {"p": p}), rate, rate_seconds)
+            out["latency_at_1000"] = _finish_reader(reader)
+        finally:
+            reader.kill()
+        return out
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def _redis_throughput(port: int, seconds: float, clients: int) -> float:
+    import redis
+
+    payload = _record(0)
+    counts = [0] * clients
+    stop = time.perf_counter() + seconds
+
+    def writer(k: int) -> None:
+        c = redis.Redis(port=port)
+        while time.perf_counter() < stop:
+            pipe = c.pipeline(transaction=False)
+            for _ in range(100):
+                pipe.xadd("bench", {"p": payload})
+            pipe.execute()
+            counts[k] += 100
+
+    threads = [threading.Thread(target=writer, args=(k,)) for k in range(clients)]
+    t0 = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return sum(counts) / (time.perf_counter() - t0)
+
+
+def bench_stream(args: argparse.Namespace) -> int:
+    from ledger_client import LedgerClient
+    from spark_bookie.local.sandbox import Sandbox
+
+    records = 50_000 if args.quick else args.records
+    seconds = 3.0 if args.quick else args.seconds_at_rate
+    root = Path(tempfile.mkdtemp(prefix="bench-stream-"))
+    res: dict[str, Any] = {"record_bytes": RECORD_BYTES, "load_average_at_start": os.getloadavg()}
+    try:
+        with Sandbox(root / "cluster", 3, bookie_settings={"gc_interval_ms": 3_600_000}) as sb:
+            with LedgerClient(sb.connect_string) as client:
+                ns = client.create_namespace("bench", ensemble_size=3, write_quorum_size=3, ack_quorum_size=2)
+                throughput(ns, "warm-up", min(records, 20_000))
+                res["latency_at_1000"] = latency(sb.connect_string, ns, "latency", 1000.0, seconds)
+                res["throughput"] = throughput(ns, "throughput", records)
+                res["catch_up"] = catch_up(ns, "throughput", records)
+        res["peer_redis"] = redis_peer(root / "redis", 3.0 if args.quick else 10.0, args.redis_clients, 1000.0,
+                                       seconds)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    res["load_average_at_end"] = os.getloadavg()
+    _report(res)
+    Path(args.json).write_text(json.dumps(res, indent=2))
+    print(f"results written to {args.json}")
+    return 0
+
+
+def _report(res: dict[str, Any]) -> None:
+    t, lat, cu, peer = res["throughput"], res["latency_at_1000"], res["catch_up"], res["peer_redis"]
+    print()
+    print(f"stream, 100-byte records, E3/Qw3/Qa2, one writer: {t['records_per_s']:>10,.0f} records/s "
+          f"({t['mb_per_s']:.1f} MB/s, client CPU {t['client_cpu_us_per_record']:.2f} us/record)")
+    peer_rate = peer.get("records_per_s")
+    if peer_rate:
+        plat = peer["latency_at_1000"]
+        print(f"Redis Streams (appendfsync always, {peer['clients']} clients pipelining XADD): {peer_rate:>10,.0f} "
+              f"records/s; ours / Redis = {t['records_per_s'] / peer_rate:.2f}")
+        print(f"Redis end to end at 1,000/s (XADD -> XREAD BLOCK in another process): p50 {plat['p50_ms']:.2f} ms  "
+              f"p99 {plat['p99_ms']:.2f} ms  p999 {plat['p999_ms']:.2f} ms")
+    else:
+        print(f"Redis peer: {peer.get('error')}")
+    print(f"stream end to end at 1,000/s (write -> tailing reader in another process): p50 {lat['p50_ms']:.2f} ms  "
+          f"p99 {lat['p99_ms']:.2f} ms  p999 {lat['p999_ms']:.2f} ms  max {lat['max_ms']:.1f} ms "
+          f"({lat['records']} records)")
+    print(f"catch-up read of {cu['records']:,} records from the start: {cu['records_per_s']:>10,.0f} records/s "
+          f"(client CPU {cu['client_cpu_us_per_record']:.2f} us/record)")
+    print(f"load average {res['load_average_at_start'][0]:.1f} at start, {res['load_average_at_end'][0]:.1f} at end "
+          "(2 cores)")
+    goals = {
+        f"throughput >= {GOAL_RECORDS_PER_S:,} records/s": t["records_per_s"] >= GOAL_RECORDS_PER_S,
+        f"throughput >= {GOAL_PEER_RATIO}x Redis":
+            bool(peer_rate) and t["records_per_s"] >= GOAL_PEER_RATIO * peer_rate,
+        f"end to end p50 < {GOAL_P50_MS} ms and p99 < {GOAL_P99_MS} ms at 1,000/s":
+            lat["p50_ms"] < GOAL_P50_MS and lat["p99_ms"] < GOAL_P99_MS,
+        f"catch-up >= {GOAL_CATCH_UP_PER_S:,} records/s": cu["records_per_s"] >= GOAL_CATCH_UP_PER_S,
+    }
+    res["goals"] = goals
+    for goal, ok in goals.items():
+        print(f"goal {goal}: {'PASS' if ok else 'FAIL'}")
