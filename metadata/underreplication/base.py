@@ -36,7 +36,7 @@ import random
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING
 
@@ -47,18 +47,16 @@ from metadata.errors import (
     MetadataUpdateConflictError,
     NodeExistsError,
     NoNodeError,
-    StoreClosedError,
 )
 from metadata.layout import ZkLayout, check_bookie_id, check_ledger_id
 from metadata.underreplication import UnderReplicationStore
 from metadata.underreplication.election import AuditorElection, _Candidate
 from metadata.underreplication.records import (
-    check_delay_s,
-    decode_delay_s,
     decode_underreplicated,
     encode_lock,
     encode_underreplicated,
 )
+from metadata.underreplication.switches import CAS_TRIES_MAX, ReplicationSwitches, _DelayWatch
 from metadata.underreplication.view import EMPTY_FOR_S, LeafGroup, QueueView
 
 if TYPE_CHECKING:
@@ -78,8 +76,6 @@ MIN_SCAN_INTERVAL_S = 0.1
 REFRESH_S = 0.1
 _DRAW_MISSES_MAX = 16  # random draws in a row that hit a taken ledger before a full pass
 _DONE_HINTS_MAX = 4096  # completion hints kept before old ones are trimmed
-RETRY_S = 1.0  # delay-watch retry after a ZooKeeper error
-CAS_TRIES_MAX = 100  # lost races in a row before mark_underreplicated gives up
 
 #: A one-shot watch callback. ZooKeeper calls it with its event, the twin with None; it runs on a
 #: backend thread and must not block.
@@ -124,16 +120,7 @@ class _HeldLock:
     missing: list[str] | None = None  # the node's missing replicas at that version (None: unreadable)
 
 
-@dataclass(eq=False)
-class _DelayWatch:
-    callback: Callable[[int], None]
-    active: bool = True
-    last: int | None = None
-    retry_pending: bool = False
-    wake: Wake = field(default=lambda _e: None)
-
-
-class UnderReplicationBase(AuditorElection, UnderReplicationStore):
+class UnderReplicationBase(AuditorElection, ReplicationSwitches, UnderReplicationStore):
     """The queue, locks, switches and election on top of the backend's primitives.
 
     A backend calls :meth:`_ur_init` once its session worker exists and :meth:`_ur_shutdown` when
@@ -701,97 +688,3 @@ class UnderReplicationBase(AuditorElection, UnderReplicationStore):
         for bucket, outcome in zip(buckets, outcomes, strict=True):
             if outcome is None:
                 self._ur_prune_above(bucket)
-
-    # -- switches --------------------------------------------------------------------------------
-    def set_replication_enabled(self, enabled: bool) -> None:
-        path = self.paths.ur_disable
-        if enabled:
-            try:
-                self._ur_delete(path)
-            except NoNodeError:
-                pass
-        else:
-            try:
-                self._ur_create_path(path, b"")
-            except NodeExistsError:
-                pass
-        self._ur_disable_changed()  # our own change: no need to wait for its watch
-
-    def is_replication_enabled(self) -> bool:
-        enabled = self._ur_get(self.paths.ur_disable) is None
-        with self._ur_mutex:
-            if self._ur_disabled is not None and self._ur_disabled == enabled:
-                self._ur_disable_epoch += 1  # we saw it change before its watch said so: look again
-                self._ur_disabled = None
-        return enabled
-
-    def lost_bookie_recovery_delay_s(self) -> int:
-        path = self.paths.ur_lost_bookie_recovery_delay
-        got = self._ur_get(path)
-        return decode_delay_s(None if got is None else got[0], path)
-
-    def set_lost_bookie_recovery_delay_s(self, seconds: int) -> None:
-        data = str(check_delay_s(seconds)).encode()
-        path = self.paths.ur_lost_bookie_recovery_delay
-        for _ in range(CAS_TRIES_MAX):
-            try:
-                self._ur_set(path, data, -1)
-                return
-            except NoNodeError:
-                pass
-            try:
-                self._ur_create_path(path, data)
-                return
-            except NodeExistsError:
-                pass
-        raise MetadataUpdateConflictError(f"{path} kept appearing and disappearing")
-
-    def watch_lost_bookie_recovery_delay(self, callback: Callable[[int], None]) -> Callable[[], None]:
-        """Armed in the caller's thread (ZooKeeper down is the caller's error); every report,
-        the first included, comes on the store's under-replication thread, without repeats."""
-        watch = _DelayWatch(callback)
-        watch.wake = lambda _event: self._ur_worker.submit(partial(self._ur_rearm_delay, watch))
-        path = self.paths.ur_lost_bookie_recovery_delay
-        got = self._ur_watch(path, watch.wake)
-        with self._ur_mutex:
-            self._ur_delay_watches.add(watch)
-        value = decode_delay_s(None if got is None else got[0], path)
-        self._ur_worker.submit(partial(self._ur_deliver_delay, watch, value))
-
-        def cancel() -> None:
-            watch.active = False
-            with self._ur_mutex:
-                self._ur_delay_watches.discard(watch)
-
-        return cancel
-
-    def _ur_rearm_delay(self, watch: _DelayWatch) -> None:
-        watch.retry_pending = False
-        if not watch.active:
-            return
-        path = self.paths.ur_lost_bookie_recovery_delay
-        try:
-            got = self._ur_watch(path, watch.wake)
-            value = decode_delay_s(None if got is None else got[0], path)
-        except StoreClosedError:
-            return
-        except InvalidMetadataError as e:
-            log.error("%s (ignored until it is fixed)", e)
-            return
-        except MetadataError as e:
-            if not watch.retry_pending:
-                watch.retry_pending = True
-                log.warning("could not re-arm the lost bookie recovery delay watch (%s); retrying", e)
-                self._ur_worker.submit_later(RETRY_S, partial(self._ur_rearm_delay, watch))
-            return
-        self._ur_deliver_delay(watch, value)
-
-    @staticmethod
-    def _ur_deliver_delay(watch: _DelayWatch, value: int) -> None:
-        if not watch.active or value == watch.last:
-            return
-        watch.last = value
-        try:
-            watch.callback(value)
-        except Exception:
-            log.exception("lost bookie recovery delay callback %r failed", watch.callback)
