@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from spark_bookie.bench.common import cpu_seconds, pct
+from spark_bookie.bench.host import cpu_times, fdatasyncs, round_trips, steal_share
 
 GOAL_RECORDS_PER_S = 200_000
 GOAL_PEER_RATIO = 2.0
@@ -152,9 +153,11 @@ def latency(zk: str, ns: Any, stream: str, rate: float, seconds: float) -> dict[
         with ns.open_writer(stream) as w:
             w.write(_record(time.monotonic_ns()))   # the first segment exists before timing starts
             time.sleep(0.5)
+            host0 = cpu_times()
             _paced(w.write_async, rate, seconds)
             w.flush()
-        return _finish_reader(proc)
+            host1 = cpu_times()
+        return {**_finish_reader(proc), "host_steal_share": steal_share(host0, host1)}
     finally:
         proc.kill()
 
@@ -233,6 +236,10 @@ def bench_stream(args: argparse.Namespace) -> int:
             with LedgerClient(sb.connect_string) as client:
                 ns = client.create_namespace("bench", ensemble_size=3, write_quorum_size=3, ack_quorum_size=2)
                 throughput(ns, "warm-up", min(records, 20_000))
+                trips = round_trips(1000.0, 1.0 if args.quick else 3.0)
+                res["host_round_trip"] = {"p50_ms": pct(trips, 50), "p99_ms": pct(trips, 99)}
+                syncs = fdatasyncs(root, 1000.0, 1.0 if args.quick else 3.0, RECORD_BYTES)
+                res["host_fdatasync"] = {"p50_ms": pct(syncs, 50), "p99_ms": pct(syncs, 99)}
                 res["latency_at_1000"] = latency(sb.connect_string, ns, "latency", 1000.0, seconds)
                 res["throughput"] = throughput(ns, "throughput", records)
                 res["catch_up"] = catch_up(ns, "throughput", records)
@@ -266,6 +273,10 @@ def _report(res: dict[str, Any]) -> None:
           f"({lat['records']} records)")
     print(f"catch-up read of {cu['records']:,} records from the start: {cu['records_per_s']:>10,.0f} records/s "
           f"(client CPU {cu['client_cpu_us_per_record']:.2f} us/record)")
+    h, d = res["host_round_trip"], res["host_fdatasync"]
+    print(f"host: one byte to another process and back at 1,000/s: p50 {h['p50_ms']:.2f} ms  p99 {h['p99_ms']:.2f} ms; "
+          f"{RECORD_BYTES} bytes fdatasynced at 1,000/s: p50 {d['p50_ms']:.2f} ms  p99 {d['p99_ms']:.2f} ms; "
+          f"hypervisor steal during the 1,000/s run: {lat['host_steal_share']:.0%} of CPU time")
     print(f"load average {res['load_average_at_start'][0]:.1f} at start, {res['load_average_at_end'][0]:.1f} at end "
           "(2 cores)")
     goals = {

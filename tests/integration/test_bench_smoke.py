@@ -11,7 +11,7 @@ import pytest
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
-@pytest.mark.parametrize("which", ["bookie", "append"])
+@pytest.mark.parametrize("which", ["bookie", "append", "stream"])
 def test_bench_quick_runs_and_writes_json(tmp_path, which):
     out = tmp_path / f"{which}.json"
     r = subprocess.run([sys.executable, "-m", "spark_bookie.cli", "bench", which, "--quick", "--json", str(out)],
@@ -21,6 +21,11 @@ def test_bench_quick_runs_and_writes_json(tmp_path, which):
     assert data["goals"] and all(line in r.stdout for line in ("goal ",))
     if which == "bookie":
         assert data["bookie_adds"]["adds_per_s"] > 0 and data["raw_group_commit_1mib"]["mb_per_s"] > 0
+    elif which == "stream":
+        assert data["throughput"]["records_per_s"] > 0 and data["catch_up"]["records"] == data["throughput"]["records"]
+        lat = data["latency_at_1000"]
+        assert 0 < lat["p50_ms"] <= lat["p99_ms"] and 0 <= lat["host_steal_share"] < 1
+        assert data["host_round_trip"]["p50_ms"] > 0 and "Redis" in r.stdout
     else:
         assert data["E3Qw3Qa2"]["entries_per_s"] > 0 and "p99_ms" in data["E3Qw3Qa2_at_1000"]
         trip = data["host_round_trip"]  # the host's floor, measured in the same run
