@@ -68,7 +68,13 @@ def test_reader_across_many_segments_and_tailing_a_live_writer(cluster_factory, 
         assert [r.payload for r in got] == [payload(i) for i in range(1500)]
         segs = ns.stream_info("s").segments
         assert len(segs) >= 10
-        assert [r.payload for r in read_all(ns, "s", 1500)] == [payload(i) for i in range(1500)]
+        recs = read_all(ns, "s", 1500)
+        assert [r.payload for r in recs] == [payload(i) for i in range(1500)]
+        k = rng.randrange(100, 400)   # from a middle DLSN and from a txid, each across >= 8 segments
+        assert [r.dlsn for r in read_all(ns, "s", 1500 - k, start=recs[k].dlsn)] == [r.dlsn for r in recs[k:]]
+        from_txid = read_all(ns, "s", 1500 - k, start_txid=recs[k].txid)
+        assert [r.payload for r in from_txid] == [payload(i) for i in range(k, 1500)]
+        assert len({r.dlsn.segment for r in from_txid}) >= 8
         w.close()
 
 
@@ -83,7 +89,7 @@ def test_tailing_reader_sees_an_idle_writers_last_record_promptly(cluster_factor
                 rec = r.read_next(timeout_ms=2_000)
                 seen = time.monotonic()
                 assert rec is not None and rec.dlsn == d and rec.payload == payload(i)
-                # The writer is idle after each write: the reader sees it through the explicit LAC.
+                # The writer is idle after each write: the reader sees it through the control record's LAC.
                 assert seen - sent < 0.05 + (0.2 if i == 0 else 0), f"record {i} seen after {seen - sent:.3f}s"
                 time.sleep(0.1)
 
