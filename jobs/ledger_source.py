@@ -25,7 +25,15 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
-from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, Filter, InputPartition
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    DataSourceStreamWriter,
+    DataSourceWriter,
+    Filter,
+    InputPartition,
+)
 from pyspark.sql.types import StructType
 
 from .source_options import LedgerExtent, Pushdown, SourceOptions, Span, plan_spans, push_filters
@@ -270,3 +278,15 @@ class LedgerDataSource(DataSource):
         from .ledger_stream import LedgerStreamReader
 
         return LedgerStreamReader(self.opts, schema)
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        """``df.write.format("ledger").option("stream", "ns/s")``: exactly once (jobs/stream_sink.py)."""
+        from .stream_sink import StreamSinkWriter
+
+        return StreamSinkWriter.build(self.options, schema, overwrite)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        """``df.writeStream.format("ledger").option("stream", "ns/s")``: each micro-batch exactly once."""
+        from .stream_sink import StreamSinkStreamWriter
+
+        return StreamSinkStreamWriter.build(self.options, schema, overwrite)

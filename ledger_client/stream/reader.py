@@ -272,7 +272,8 @@ class StreamReader:
 
     def _decode(self, seg: SegmentMeta, entry_id: int, data: bytes, pos: DLSN,
                 tb: tuple[int, int, int] | None) -> list[LogRecord]:
-        rs = RecordSet(data, f"stream {self.ns.name}/{self.name} segment {seg.sequence} entry {entry_id}")
+        rs = RecordSet(data, f"stream {self.ns.name}/{self.name} segment {seg.sequence} entry {entry_id}",
+                       seg.first_txid)
         seq = seg.sequence
         txids, payloads, new = rs.txids.tolist(), rs.payloads, tuple.__new__
         # tuple.__new__ directly: the NamedTuples' own __new__ is a Python function, and this runs

@@ -27,7 +27,9 @@ from ..errors import CorruptRecordSetError
 MAGIC = 0xD1
 VERSION = 1
 FLAG_CONTROL = 0x01          # a record set that carries no user records (reserved)
-KNOWN_FLAGS = FLAG_CONTROL
+FLAG_SEGMENT_TXIDS = 0x02    # txids are offsets from the segment's first_txid (a Spark task's ledger, which
+                             # cannot know the stream's txids when it writes: metadata/streams/linking.py)
+KNOWN_FLAGS = FLAG_CONTROL | FLAG_SEGMENT_TXIDS
 HEADER = struct.Struct("<BBBxIQ")
 HEADER_BYTES = HEADER.size    # 16
 RECORD_OVERHEAD_BYTES = 12    # txid + length
@@ -44,11 +46,14 @@ def encode(txids: Sequence[int], payloads: Sequence[bytes], records_before: int,
 
 
 class RecordSet:
-    """A decoded record set: ``txids`` (numpy int64), ``payloads`` (bytes each), ``records_before``."""
+    """A decoded record set: ``txids`` (numpy int64), ``payloads`` (bytes each), ``records_before``.
+
+    ``first_txid`` is the segment's: a record set with FLAG_SEGMENT_TXIDS is refused without it
+    (it would yield wrong txids), and its txids are ``first_txid`` + the stored offsets."""
 
     __slots__ = ("count", "flags", "payloads", "records_before", "txids")
 
-    def __init__(self, data: bytes, where: str = "record set") -> None:
+    def __init__(self, data: bytes, where: str = "record set", first_txid: int | None = None) -> None:
         if len(data) < HEADER_BYTES:
             raise CorruptRecordSetError(f"{where}: {len(data)} bytes, shorter than the header")
         magic, version, flags, n, before = HEADER.unpack_from(data)
@@ -66,6 +71,11 @@ class RecordSet:
                                         f"{len(data) - body} bytes present")
         starts = (ends - lengths).tolist()
         self.payloads = [data[a:b] for a, b in zip(starts, ends.tolist(), strict=True)]
+        if flags & FLAG_SEGMENT_TXIDS:
+            if first_txid is None:
+                raise CorruptRecordSetError(f"{where}: txids are relative to the segment's first txid, "
+                                            "which the decoder was not given")
+            self.txids = self.txids + np.int64(first_txid)
         self.count, self.flags, self.records_before = n, flags, before
 
     @property

@@ -68,7 +68,7 @@ def recover_segment(ns: Namespace, name: str, seg: SegmentMeta, lock: StreamLock
     # that holds records. Control entries only follow a write that completed, one per idle spell,
     # so this walks back one or two entries.
     while True:
-        rs = RecordSet(h.read(last, last)[0].data, f"ledger {seg.ledger_id} entry {last}")
+        rs = RecordSet(h.read(last, last)[0].data, f"ledger {seg.ledger_id} entry {last}", seg.first_txid)
         if rs.count or last == 0:
             break
         last -= 1

@@ -1,0 +1,285 @@
+"""The ``ledger`` sink: Spark writes into a stream exactly once (DESIGN §4.6, invariant 10).
+
+    df.write.format("ledger").option("zk", Z).option("stream", "ns/s").mode("append").save()
+    df.writeStream.format("ledger").option("stream", "ns/s").option("checkpointLocation", C).start()
+
+Input: a ``payload`` column (binary or string, UTF-8) and an optional ``txid`` column (integer,
+non-decreasing in partition order and against the stream's last txid).
+
+Two phases, as Spark's writer API intends: each task (``write`` on an executor) writes its rows, in
+order, into a ledger of its own and returns its description; the driver's ``commit`` links every
+task's ledger to the stream as a sealed segment in one metadata change that also records the batch
+(``w:<write id>`` for a batch write, ``q:<query id>`` + the micro-batch id for a streaming query),
+so a retried or replayed commit adds nothing (ledger_client/stream/sink.py,
+metadata/streams/linking.py). A failed task deletes its ledger; ``abort`` deletes the batch's;
+orphans of dead attempts and dead drivers are collected by later commits and by
+``spark-bookie stream gc NS/S``.
+
+The streaming query's id (stable across restarts from the checkpoint) reaches the tasks as
+Spark's local property ``sql.streaming.queryId``; tasks put it in their commit message, so the
+driver's commit knows which query's record to check without any option.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
+from pyspark.sql.types import BinaryType, IntegralType, StringType, StructType
+
+from ledger_client.errors import IncorrectParameterError
+from metadata.streams.linking import SparkBatch, TaskLedger
+
+if TYPE_CHECKING:
+    from ledger_client import LedgerClient
+
+log = logging.getLogger(__name__)
+
+ZK_ENV = "SPARK_BOOKIE_ZK"
+QUERY_ID_PROPERTY = "sql.streaming.queryId"
+BATCH_ID_PROPERTY = "streaming.sql.batchId"
+
+
+@dataclass(frozen=True)
+class SinkOptions:
+    """Validated options of one write. Picklable: executors get a copy."""
+
+    zk: str
+    namespace: str
+    stream: str
+    has_txid: bool
+    payload_is_string: bool
+    lock_timeout_ms: int = 30_000            # how long a commit waits for a live writer to let the stream go
+    orphan_grace_ms: int = 3_600_000         # unlinked task ledgers older than this are deleted by commits
+    orphan_sweep_every_batches: int = 100    # streaming: sweep orphans every this many micro-batches
+    write_id: str | None = None              # batch writes: a stable id makes a rerun of the same job a no-op
+
+    @staticmethod
+    def parse(options: Mapping[str, str], schema: StructType, env: Mapping[str, str] | None = None) -> SinkOptions:
+        env = os.environ if env is None else env
+        o = {str(k).lower(): str(v) for k, v in options.items()}
+        zk = (o.get("zk") or env.get(ZK_ENV) or "").strip()
+        if not zk:
+            raise IncorrectParameterError(f"the ledger sink needs option zk (or ${ZK_ENV})")
+        target = o.get("stream", "").strip()
+        ns, _, stream = target.partition("/")
+        if not ns or not stream or "/" in stream:
+            raise IncorrectParameterError(f"option stream must be NAMESPACE/STREAM, not {target!r}")
+        fields = {f.name.lower(): f for f in schema.fields}
+        payload = fields.get("payload")
+        if payload is None or not isinstance(payload.dataType, BinaryType | StringType):
+            raise IncorrectParameterError("the ledger sink writes a `payload` column of type binary or string; "
+                                          f"got columns {[f'{f.name} {f.dataType.simpleString()}' for f in schema]}")
+        txid = fields.get("txid")
+        if txid is not None and not isinstance(txid.dataType, IntegralType):
+            raise IncorrectParameterError(f"the txid column must be an integer, not {txid.dataType.simpleString()}")
+        write_id = o.get("write_id")
+        if write_id is not None and not write_id.replace("-", "").replace("_", "").replace(".", "").isalnum():
+            raise IncorrectParameterError(f"option write_id must be [A-Za-z0-9._-]+, not {write_id!r}")
+        return SinkOptions(zk, ns, stream, txid is not None, isinstance(payload.dataType, StringType),
+                           lock_timeout_ms=_int(o, "lock_timeout_ms", 30_000, 0),
+                           orphan_grace_ms=_int(o, "orphan_grace_ms", 3_600_000, 0),
+                           orphan_sweep_every_batches=_int(o, "orphan_sweep_every_batches", 100, 1),
+                           write_id=write_id)
+
+
+def _int(o: Mapping[str, str], name: str, default: int, minimum: int) -> int:
+    raw = o.get(name)
+    if raw is None:
+        return default
+    try:
+        value = int(raw.strip())
+    except ValueError:
+        raise IncorrectParameterError(f"option {name} must be an integer, not {raw!r}") from None
+    if value < minimum:
+        raise IncorrectParameterError(f"option {name} must be >= {minimum}, not {value}")
+    return value
+
+
+@dataclass(frozen=True)
+class SinkMessage(WriterCommitMessage):
+    """One task's result: its ledger (None when it had no rows) and, for a streaming query, the
+    query and micro-batch it wrote for."""
+
+    task: TaskLedger | None
+    batch: SparkBatch
+
+
+def connect(opts: SinkOptions) -> LedgerClient:
+    from ledger_client import ClientConfig, LedgerClient
+
+    return LedgerClient(opts.zk, config=ClientConfig(zk_session_timeout_ms=10_000, operation_timeout_ms=60_000))
+
+
+# ---------------------------------------------------------------- executors
+
+
+def write_task(opts: SinkOptions, batch: SparkBatch | None, batches: Iterator[pa.RecordBatch]) -> SinkMessage:
+    """The task body: the partition's rows, in order, into one new ledger (or none if no rows)."""
+    from pyspark import TaskContext
+
+    from ledger_client.stream.sink import TaskLedgerWriter
+
+    ctx = TaskContext.get()
+    partition = ctx.partitionId() if ctx is not None else 0
+    if batch is None:  # streaming: the query and micro-batch come with the task
+        batch = _streaming_batch(ctx)
+    client = connect(opts)
+    try:
+        ns = client.namespace(opts.namespace)
+        w = TaskLedgerWriter(ns, opts.stream, batch, partition, relative_txids=not opts.has_txid)
+        try:
+            for rb in batches:
+                payloads, txids = _columns(rb, opts)
+                w.add_many(payloads, txids)
+            task = w.finish()
+        except BaseException:
+            w.discard()
+            raise
+        return SinkMessage(task, batch)
+    finally:
+        client.close()
+
+
+def _streaming_batch(ctx: Any) -> SparkBatch:
+    query = ctx.getLocalProperty(QUERY_ID_PROPERTY) if ctx is not None else None
+    batch_id = ctx.getLocalProperty(BATCH_ID_PROPERTY) if ctx is not None else None
+    if not query or batch_id is None:
+        raise IncorrectParameterError("the ledger stream sink runs only inside a streaming query "
+                                      f"(no {QUERY_ID_PROPERTY} / {BATCH_ID_PROPERTY} on the task)")
+    return SparkBatch.query(query, int(batch_id))
+
+
+def _columns(rb: pa.RecordBatch, opts: SinkOptions) -> tuple[list[bytes], list[int | None] | None]:
+    names = {n.lower(): i for i, n in enumerate(rb.schema.names)}
+    col = rb.column(names["payload"])
+    if col.null_count:
+        raise IncorrectParameterError("a null payload: every row written to a stream needs one")
+    if pa.types.is_string(col.type) or pa.types.is_large_string(col.type):
+        payloads = [s.encode() for s in col.to_pylist()]
+    else:
+        payloads = col.to_pylist()
+    txids = rb.column(names["txid"]).to_pylist() if opts.has_txid else None
+    return payloads, txids
+
+
+# ---------------------------------------------------------------- driver
+
+
+def commit_batch(opts: SinkOptions, batch: SparkBatch, messages: Sequence[WriterCommitMessage | None],
+                 sweep: bool) -> bool:
+    """Link the tasks' ledgers (once); delete those of a replayed batch; collect orphans."""
+    from ledger_client.stream.sink import collect_orphans, link_task_ledgers, owner_name
+
+    msgs = [m for m in messages if isinstance(m, SinkMessage)]
+    foreign = [m.batch for m in msgs if m.batch != batch]
+    if foreign:
+        raise IncorrectParameterError(f"commit of {batch} got messages of other batches: {foreign[:3]}")
+    tasks = [m.task for m in msgs if m.task is not None]
+    with connect(opts) as client:
+        ns = client.namespace(opts.namespace)
+        linked = bool(tasks) and link_task_ledgers(ns, opts.stream, batch, tasks, opts.lock_timeout_ms,
+                                                   owner_name(f"{batch.key}#{batch.batch_id}"))
+        if tasks and not linked:
+            log.info("ledger sink: %s#%d was committed before: nothing added", batch.key, batch.batch_id)
+            _delete_unlinked(client, ns, opts.stream, [t.ledger_id for t in tasks])
+        if sweep or (tasks and not linked):
+            collect_orphans(client, ns, opts.stream, opts.orphan_grace_ms, batch)
+    return linked
+
+
+def abort_batch(opts: SinkOptions, messages: Sequence[WriterCommitMessage | None]) -> None:
+    """The batch failed: every ledger its tasks reported goes (unless, somehow, it is linked)."""
+    lids = [m.task.ledger_id for m in messages if isinstance(m, SinkMessage) and m.task is not None]
+    if not lids:
+        return
+    with connect(opts) as client:
+        _delete_unlinked(client, client.namespace(opts.namespace), opts.stream, lids)
+
+
+def _delete_unlinked(client: LedgerClient, ns: Any, stream: str, lids: list[int]) -> None:
+    from ledger_client import errors
+    from metadata.streams.linking import linked_ledgers
+
+    view = ns.view_if_any(stream)
+    keep = linked_ledgers(view) if view is not None else set()
+    for lid in lids:
+        if lid in keep:
+            continue
+        try:
+            client.delete_ledger(lid)
+        except errors.NoSuchLedgerError:
+            pass
+
+
+def new_write_id() -> str:
+    """Millisecond time first: the stream's record of batch writes is pruned oldest first by it."""
+    return f"{int(time.time() * 1000):013d}-{uuid.uuid4().hex[:12]}"
+
+
+# ---------------------------------------------------------------- the Spark writers
+
+
+class StreamSinkWriter(DataSourceArrowWriter):
+    """``df.write``: one batch, one write id (an option, or new per save())."""
+
+    def __init__(self, opts: SinkOptions, write_id: str) -> None:
+        self.opts = opts
+        self.batch = SparkBatch.write(write_id)
+
+    @classmethod
+    def build(cls, options: Mapping[str, str], schema: StructType, overwrite: bool) -> StreamSinkWriter:
+        opts = _checked_build(options, schema, overwrite)
+        return cls(opts, opts.write_id or new_write_id())
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkMessage:
+        return write_task(self.opts, self.batch, iterator)
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:  # type: ignore[override]
+        commit_batch(self.opts, self.batch, messages, sweep=True)
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:  # type: ignore[override]
+        abort_batch(self.opts, messages)
+
+
+class StreamSinkStreamWriter(DataSourceStreamArrowWriter):
+    """``df.writeStream``: each micro-batch linked once, keyed by the query id and batch id."""
+
+    def __init__(self, opts: SinkOptions) -> None:
+        self.opts = opts
+
+    @classmethod
+    def build(cls, options: Mapping[str, str], schema: StructType, overwrite: bool) -> StreamSinkStreamWriter:
+        return cls(_checked_build(options, schema, overwrite))
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkMessage:
+        return write_task(self.opts, None, iterator)
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # type: ignore[override]  # noqa: N803
+        msgs = [m for m in messages if isinstance(m, SinkMessage)]
+        if not msgs:
+            return  # an empty micro-batch: nothing to link
+        batch = msgs[0].batch
+        if batch.batch_id != batchId:
+            raise IncorrectParameterError(f"commit of micro-batch {batchId} got messages of batch {batch.batch_id}")
+        commit_batch(self.opts, batch, messages, sweep=batchId % self.opts.orphan_sweep_every_batches == 0)
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # type: ignore[override]  # noqa: N803
+        abort_batch(self.opts, messages)
+
+
+def _checked_build(options: Mapping[str, str], schema: StructType, overwrite: bool) -> SinkOptions:
+    """Options parsed and the namespace checked on the driver, so bad input fails before any task."""
+    if overwrite:
+        raise IncorrectParameterError("a stream is append-only: use mode('append'), not overwrite")
+    opts = SinkOptions.parse(options, schema)
+    with connect(opts) as client:
+        client.namespace(opts.namespace)   # NoSuchNamespaceError now, not in every task
+    return opts

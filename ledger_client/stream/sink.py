@@ -1,0 +1,228 @@
+"""Appending to a stream exactly once from many independent tasks (DESIGN §4.6, invariant 10).
+
+The Spark sink (jobs/stream_sink.py) is the user; nothing here imports Spark, so the three steps
+are usable and testable on their own:
+
+1. :class:`TaskLedgerWriter` (on an executor): one task's records, in order, as record sets into
+   a ledger of its own, created with the namespace's settings and tagged (custom metadata) with
+   the stream, the write's key and its creation time; closed; described by a ``TaskLedger``.
+2. :func:`link_task_ledgers` (on the driver): take the stream's writer lock (a live Python writer
+   makes it wait, then StreamLockedError), seal what a dead writer left in progress, and commit
+   ``metadata.streams.linking.link_batch``: every task ledger a sealed segment, and the batch
+   recorded, in one multi-op. A replayed batch changes nothing.
+3. :func:`collect_orphans`: task ledgers that no segment refers to (failed attempts, aborted or
+   replayed batches, a driver that died before its commit), deleted once older than a grace
+   period, or at once when they belong to the batch just committed (its attempts are over).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import deque
+from collections.abc import Iterable
+from concurrent.futures import Future
+from typing import TYPE_CHECKING
+
+from metadata import InvalidMetadataError
+from metadata.streams import Change, StreamView, linking
+
+from .. import errors
+from .namespace import now_ms, stream_errors
+from .records import FLAG_SEGMENT_TXIDS, RECORD_OVERHEAD_BYTES, encode
+from .segments import commit, recover_segment
+
+if TYPE_CHECKING:
+    from ..client import LedgerClient
+    from ..write_handle import WriteHandle
+    from .namespace import Namespace
+
+log = logging.getLogger(__name__)
+
+TAG_STREAM = "spark_sink_stream"      # "ns/stream"
+TAG_WRITE = "spark_sink_write"        # the batch key (linking.SparkBatch.key, with the batch id)
+TAG_CTIME = "spark_sink_ctime_ms"
+IN_FLIGHT_ENTRIES_MAX = 64            # entries appended but not yet acknowledged, per task
+
+
+def write_tag(batch: linking.SparkBatch) -> bytes:
+    return f"{batch.key}#{batch.batch_id}".encode()
+
+
+class TaskLedgerWriter:
+    """One task's records into one ledger. ``add`` in order, then ``finish`` (the ledger's
+    description, or None when no record came and no ledger was made) or ``discard``."""
+
+    def __init__(self, ns: Namespace, stream: str, batch: linking.SparkBatch, partition: int,
+                 relative_txids: bool) -> None:
+        self.ns, self.stream, self.batch, self.partition = ns, stream, batch, partition
+        self.relative = relative_txids
+        s = ns.settings
+        self._out_max, self._record_max = s.output_buffer_bytes, s.record_size_bytes_max
+        self._handle: WriteHandle | None = None
+        self._txids: list[int] = []
+        self._payloads: list[bytes] = []
+        self._size = 0
+        self._records = 0
+        self._first_txid: int | None = None
+        self._last_txid: int | None = None
+        self._in_flight: deque[Future[int]] = deque()
+        self._last_slot = -1
+
+    def add(self, payload: bytes, txid: int | None = None) -> None:
+        if len(payload) > self._record_max:
+            raise errors.RecordTooLargeError(f"a record of {len(payload)} bytes is over record_size_bytes_max "
+                                             f"({self._record_max})")
+        if self.relative:
+            txid = self._records + len(self._payloads)
+        else:
+            if txid is None:
+                raise errors.IncorrectParameterError("a null txid: the txid column must be set on every row")
+            if self._last_txid is not None and txid < self._last_txid:
+                raise errors.TransactionIdOutOfOrderError(
+                    f"partition {self.partition}: txid {txid} follows {self._last_txid}: txids must not decrease")
+            if self._first_txid is None:
+                self._first_txid = txid
+            self._last_txid = txid
+        if self._payloads and self._size + len(payload) + RECORD_OVERHEAD_BYTES > self._out_max:
+            self._send()
+        self._txids.append(txid)
+        self._payloads.append(payload)
+        self._size += len(payload) + RECORD_OVERHEAD_BYTES
+
+    def add_many(self, payloads: Iterable[bytes], txids: Iterable[int | None] | None = None) -> None:
+        if txids is None:
+            for p in payloads:
+                self.add(p)
+        else:
+            for p, t in zip(payloads, txids, strict=True):
+                self.add(p, t)
+
+    def _send(self) -> None:
+        h = self._handle or self._create()
+        body = encode(self._txids, self._payloads, self._records, FLAG_SEGMENT_TXIDS if self.relative else 0)
+        self._records += len(self._payloads)
+        self._last_slot = len(self._payloads) - 1
+        self._txids, self._payloads, self._size = [], [], 0
+        self._in_flight.append(h.append_async(body))
+        while len(self._in_flight) > IN_FLIGHT_ENTRIES_MAX:
+            self._in_flight.popleft().result()
+
+    def _create(self) -> WriteHandle:
+        s = self.ns.settings
+        tags = {TAG_STREAM: f"{self.ns.name}/{self.stream}".encode(), TAG_WRITE: write_tag(self.batch),
+                TAG_CTIME: str(now_ms()).encode()}
+        self._handle = self.ns.client.create_ledger(s.ensemble_size, s.write_quorum_size, s.ack_quorum_size,
+                                                    s.digest, s.ledger_password, custom_metadata=tags)
+        return self._handle
+
+    @property
+    def ledger_id(self) -> int | None:
+        return None if self._handle is None else self._handle.ledger_id
+
+    def finish(self) -> linking.TaskLedger | None:
+        """Send the rest, wait for every entry, close the ledger; its description."""
+        if self._payloads:
+            self._send()
+        h = self._handle
+        if h is None:
+            return None
+        for fut in self._in_flight:
+            fut.result()
+        self._in_flight.clear()
+        h.close()
+        return linking.TaskLedger(self.partition, h.ledger_id, self._records, h.last_add_confirmed,
+                                  self._last_slot, h.length, self._first_txid, self._last_txid)
+
+    def discard(self) -> None:
+        """The task failed: its ledger goes (best effort; orphan collection catches the rest)."""
+        h = self._handle
+        if h is None:
+            return
+        try:
+            h.close()
+        except errors.LedgerError:
+            pass
+        try:
+            self.ns.client.delete_ledger(h.ledger_id)
+        except errors.LedgerError as e:
+            log.warning("task ledger %d not deleted (orphan collection will): %s", h.ledger_id, e)
+
+
+def link_task_ledgers(ns: Namespace, stream: str, batch: linking.SparkBatch, tasks: list[linking.TaskLedger],
+                      lock_timeout_ms: int, owner: str) -> bool:
+    """Make ``tasks``' ledgers segments of the stream, once; False when the batch was linked
+    before (then the caller deletes these ledgers if they are not segments)."""
+    ns.ensure_stream(stream)
+    store = ns.client.store
+    with stream_errors(f"lock stream {ns.name}/{stream} for Spark batch {batch.key}#{batch.batch_id}"):
+        lock = store.lock_stream(ns.name, stream, owner, lock_timeout_ms / 1000)
+    try:
+        view = ns.view(stream)
+        if linking.already_linked(view.meta, batch):
+            return False
+        if view.in_progress is not None:
+            recover_segment(ns, stream, view.in_progress, lock)
+
+        def decide(v: StreamView) -> Change | None:
+            try:
+                return linking.link_batch(v, batch, tasks, now_ms())
+            except linking.TxidOrderError as e:
+                raise errors.TransactionIdOutOfOrderError(f"stream {ns.name}/{stream}: {e}") from e
+            except InvalidMetadataError as e:
+                if v.meta.end_of_stream:
+                    raise errors.EndOfStreamError(f"stream {ns.name}/{stream} has ended") from e
+                raise errors.IncorrectParameterError(f"stream {ns.name}/{stream}: cannot link: {e}") from e
+
+        _view, change = commit(ns, stream, decide, lock)
+        return change is not None
+    finally:
+        with stream_errors(f"unlock {ns.name}/{stream}"):
+            store.unlock_stream(lock)
+
+
+def collect_orphans(client: LedgerClient, ns: Namespace, stream: str, older_than_ms: int,
+                    batch: linking.SparkBatch | None = None, dry_run: bool = False) -> list[int]:
+    """Delete the stream's task ledgers that no segment refers to and that are older than
+    ``older_than_ms`` (or were written for ``batch``, whose commit is over); their ids."""
+    found: list[tuple[int, dict[str, bytes]]] = []
+    want = f"{ns.name}/{stream}".encode()
+    for lid in list(client.list_ledgers()):
+        try:
+            tags = client.ledger_metadata(lid).custom_metadata
+        except errors.NoSuchLedgerError:
+            continue
+        if tags.get(TAG_STREAM) == want:
+            found.append((lid, tags))
+    if not found:
+        return []
+    view = ns.view_if_any(stream)   # read after listing: a ledger linked meanwhile is seen as linked
+    linked = linking.linked_ledgers(view) if view is not None else set()
+    now = now_ms()
+    doomed = []
+    for lid, tags in found:
+        if lid in linked:
+            continue
+        try:
+            age = now - int(tags.get(TAG_CTIME, b"0").decode())
+        except ValueError:
+            age = now
+        if age > older_than_ms or (batch is not None and tags.get(TAG_WRITE) == write_tag(batch)):
+            doomed.append(lid)
+    if not dry_run:
+        for lid in doomed:
+            try:
+                client.delete_ledger(lid)
+            except errors.NoSuchLedgerError:
+                pass
+    if doomed:
+        log.info("stream %s/%s: %s %d orphaned Spark task ledgers: %s", ns.name, stream,
+                 "found" if dry_run else "deleted", len(doomed), doomed[:20])
+    return doomed
+
+
+def owner_name(what: str) -> str:
+    import os
+    import socket
+
+    return f"spark-sink:{socket.gethostname()}:{os.getpid()}:{what}:{int(time.time() * 1000)}"
