@@ -171,6 +171,21 @@ def cmd_retention(client: LedgerClient, args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_gc(client: LedgerClient, args: argparse.Namespace) -> int:
+    """Spark task ledgers of the stream that no segment refers to (a failed or replayed batch, a
+    driver that died before its commit), older than --older-than-ms: deleted, one id per line."""
+    from ledger_client.stream.sink import collect_orphans
+
+    ns, name = _ns(client, args.stream)
+    doomed = collect_orphans(client, ns, name, args.older_than_ms, dry_run=args.dry_run)
+    if args.json:
+        print(json.dumps({"stream": f"{ns.name}/{name}", "dry_run": args.dry_run, "ledgers": doomed}))
+    else:
+        for lid in doomed:
+            print(lid)
+    return 0
+
+
 # ---------------------------------------------------------------------- parser
 
 def add_stream_parser(p: argparse.ArgumentParser) -> None:
@@ -216,6 +231,11 @@ def add_stream_parser(p: argparse.ArgumentParser) -> None:
     c.add_argument("--from-txid", type=int, metavar="N", help="start at the first record with txid >= N")
     c.add_argument("-n", "--count", type=int, help="stop after N records")
     c.add_argument("--no-follow", action="store_true", help="stop when no record arrives for a second")
+    c = command("gc", cmd_gc, "delete orphaned Spark task ledgers of a stream")
+    c.add_argument("stream", type=_split, metavar="NS/S")
+    c.add_argument("--older-than-ms", type=int, default=3_600_000, metavar="MS",
+                   help="only ledgers at least this old (default: an hour; a running job's are younger)")
+    c.add_argument("--dry-run", action="store_true", help="list them, delete nothing")
     c = command("truncate", cmd_truncate, "drop every record before DLSN")
     c.add_argument("stream", type=_split, metavar="NS/S")
     c.add_argument("dlsn", metavar="DLSN")

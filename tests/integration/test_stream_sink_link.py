@@ -1,0 +1,125 @@
+"""The Spark sink's two phases without Spark (jobs/stream_sink.py, ledger_client/stream/sink.py):
+task ledgers written, linked once by the driver's commit, aborted, orphaned and collected, against
+real ZooKeeper and bookie processes. tests/spark/test_stream_sink.py runs the same through Spark."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+
+import pytest
+from client_helpers import client
+from stream_helpers import read_all
+
+from jobs.stream_sink import SinkMessage, SinkOptions, abort_batch, commit_batch
+from ledger_client import errors
+from ledger_client.stream.sink import TAG_STREAM, TaskLedgerWriter, collect_orphans
+from metadata.streams.linking import SparkBatch
+
+pytestmark = pytest.mark.integration
+
+
+def opts(sb, **kw) -> SinkOptions:
+    return SinkOptions(sb.connect_string, "ns", "s", has_txid=kw.pop("has_txid", False), payload_is_string=False,
+                       **kw)
+
+
+def task_write(ns, batch: SparkBatch, partition: int, payloads: list[bytes],
+               txids: list[int] | None = None) -> SinkMessage:
+    w = TaskLedgerWriter(ns, "s", batch, partition, relative_txids=txids is None)
+    w.add_many(payloads, txids)
+    return SinkMessage(w.finish(), batch)
+
+
+def tagged_ledgers(c) -> set[int]:
+    return {lid for lid in c.list_ledgers() if TAG_STREAM in c.ledger_metadata(lid).custom_metadata}
+
+
+def test_commit_links_once_and_a_replay_adds_nothing(cluster_factory):
+    sb = cluster_factory(1)
+    with client(sb) as c:
+        ns = c.create_namespace("ns", ensemble_size=1, write_quorum_size=1, ack_quorum_size=1,
+                                output_buffer_bytes=200)
+        with ns.open_writer("s") as w:   # a Python writer first: the batch's txids follow its last
+            w.write(b"py-0", txid=41)
+        b = SparkBatch.query("query-1", 0)
+        msgs = [task_write(ns, b, p, [b"p%d-%03d" % (p, i) for i in range(40)]) for p in (1, 0)]
+        assert commit_batch(opts(sb), b, msgs, sweep=False)
+        assert not commit_batch(opts(sb), b, msgs, sweep=False)        # the same commit again
+        again = [task_write(ns, b, 0, [b"dup"])]                        # the batch re-run after a restart
+        assert not commit_batch(opts(sb), b, again, sweep=False)
+        recs = read_all(ns, "s", 81)
+        assert [r.payload for r in recs] == [b"py-0"] + [b"p%d-%03d" % (p, i) for p in (0, 1) for i in range(40)]
+        assert [r.txid for r in recs] == list(range(41, 122))           # assigned in commit order
+        assert [r.dlsn for r in recs] == sorted(r.dlsn for r in recs)
+        info = ns.stream_info("s")
+        assert [s.state for s in info.segments] == ["sealed"] * 3 and info.last_txid == 121
+        assert tagged_ledgers(c) == {s.ledger_id for s in info.segments[1:]}   # the re-run's ledger is gone
+
+
+def test_txid_column_kept_and_checked(cluster_factory):
+    sb = cluster_factory(1)
+    with client(sb) as c:
+        ns = c.create_namespace("ns", ensemble_size=1, write_quorum_size=1, ack_quorum_size=1)
+        b1 = SparkBatch.write("0000000000001-a")
+        m = [task_write(ns, b1, 0, [b"a", b"b"], [100, 100]), task_write(ns, b1, 1, [b"c"], [250])]
+        assert commit_batch(opts(sb, has_txid=True), b1, m, sweep=True)
+        assert [r.txid for r in read_all(ns, "s", 3)] == [100, 100, 250]
+        b2 = SparkBatch.write("0000000000002-b")
+        low = [task_write(ns, b2, 0, [b"x"], [249])]
+        with pytest.raises(errors.TransactionIdOutOfOrderError):
+            commit_batch(opts(sb, has_txid=True), b2, low, sweep=False)
+        abort_batch(opts(sb), low)
+        w = TaskLedgerWriter(ns, "s", b2, 0, relative_txids=False)
+        w.add(b"1", 5)
+        with pytest.raises(errors.TransactionIdOutOfOrderError):
+            w.add(b"2", 4)
+        with pytest.raises(errors.IncorrectParameterError):
+            w.add(b"3", None)
+        w.discard()
+        assert tagged_ledgers(c) == {s.ledger_id for s in ns.stream_info("s").segments}
+
+
+def test_abort_and_orphans_of_a_dead_driver_are_deleted(cluster_factory):
+    sb = cluster_factory(1)
+    with client(sb) as c:
+        ns = c.create_namespace("ns", ensemble_size=1, write_quorum_size=1, ack_quorum_size=1)
+        b = SparkBatch.write("0000000000003-c")
+        aborted = [task_write(ns, b, p, [b"x"] * 5) for p in range(2)]
+        abort_batch(opts(sb), aborted + [None])
+        assert tagged_ledgers(c) == set() and not ns.stream_exists("s")
+        dead = [task_write(ns, SparkBatch.query("q-dead", 7), p, [b"y"]) for p in range(2)]  # never committed
+        assert {m.task.ledger_id for m in dead} == tagged_ledgers(c)
+        assert collect_orphans(c, ns, "s", older_than_ms=3_600_000) == []   # young: maybe a running job's
+        listed = subprocess.run([sys.executable, "-m", "spark_bookie.cli", "stream", "--zk", sb.connect_string,
+                                 "gc", "ns/s", "--older-than-ms", "0", "--dry-run"],
+                                capture_output=True, text=True, timeout=120)
+        assert listed.returncode == 0, listed.stderr
+        assert sorted(map(int, listed.stdout.split())) == sorted(m.task.ledger_id for m in dead)
+        assert len(tagged_ledgers(c)) == 2
+        b2 = SparkBatch.write("0000000000004-d")
+        kept = task_write(ns, b2, 0, [b"z"])
+        assert commit_batch(opts(sb, orphan_grace_ms=0), b2, [kept], sweep=True)   # a later commit collects
+        assert tagged_ledgers(c) == {kept.task.ledger_id}
+        gone = subprocess.run([sys.executable, "-m", "spark_bookie.cli", "stream", "--zk", sb.connect_string,
+                               "gc", "ns/s", "--older-than-ms", "0"], capture_output=True, text=True, timeout=120)
+        assert gone.returncode == 0 and gone.stdout.strip() == "", gone.stderr
+
+
+def test_a_live_python_writer_makes_the_commit_wait_then_fail(cluster_factory):
+    sb = cluster_factory(1)
+    with client(sb) as c:
+        ns = c.create_namespace("ns", ensemble_size=1, write_quorum_size=1, ack_quorum_size=1)
+        b = SparkBatch.query("q", 0)
+        msgs = [task_write(ns, b, 0, [b"spark"])]
+        w = ns.open_writer("s")
+        w.write(b"python")
+        with pytest.raises(errors.StreamLockedError, match="held"):
+            commit_batch(opts(sb, lock_timeout_ms=300), b, msgs, sweep=False)
+        released = threading.Timer(0.5, w.close)   # the writer lets go while the next commit waits
+        released.start()
+        assert commit_batch(opts(sb, lock_timeout_ms=30_000), b, msgs, sweep=False)
+        released.join()
+        recs = read_all(ns, "s", 2)
+        assert [(r.payload, r.txid) for r in recs] == [(b"python", 0), (b"spark", 1)]
