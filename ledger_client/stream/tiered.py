@@ -2,11 +2,15 @@
 the same DLSNs and txids as when they lived in the segment's ledger.
 
 A tiered segment's metadata names its table and the Delta version that holds it; the rows are
-read at that version (later commits of other segments cannot change what this one returns).
-Columns (jobs/stream_tiering.py writes them): stream, segment, entry_id, slot, txid, payload.
+read at that version (later commits of other segments cannot change what this one returns), and
+only from the files of that snapshot (delta-rs lists them from the log: files a crashed tiering
+run left uncommitted are never read). Columns (jobs/stream_tiering.py writes them, TABLE_SCHEMA):
+stream, segment, entry_id, slot, txid, payload.
 """
 
 from __future__ import annotations
+
+import pyarrow as pa
 
 from metadata.streams import SegmentMeta
 
@@ -14,27 +18,39 @@ from .. import errors
 from .dlsn import DLSN, LogRecord
 
 COLUMNS = ("stream", "segment", "entry_id", "slot", "txid", "payload")
+TABLE_SCHEMA = pa.schema([("stream", pa.string()), ("segment", pa.int64()), ("entry_id", pa.int64()),
+                          ("slot", pa.int32()), ("txid", pa.int64()), ("payload", pa.binary())])
+
+
+def read_tiered_arrow(table: str, version: int, stream: str, segment: int, first_entry: int = 0,
+                      last_entry: int | None = None) -> pa.Table:
+    """Rows of ``stream``'s ``segment`` (entries first_entry..last_entry) in the table at ``version``,
+    in DLSN order, in TABLE_SCHEMA's plain types (delta-rs returns view types: Spark wants plain)."""
+    filters: list[tuple[str, str, object]] = [("stream", "=", stream), ("segment", "=", segment),
+                                              ("entry_id", ">=", first_entry)]
+    if last_entry is not None:
+        filters.append(("entry_id", "<=", last_entry))
+    try:
+        from deltalake import DeltaTable
+
+        rows = DeltaTable(table, version=version).to_pyarrow_table(columns=list(COLUMNS), filters=filters)
+    except Exception as e:  # deltalake raises its own types (missing table, version vacuumed, I/O)
+        raise errors.ReadError(f"segment {segment} of {stream}: cannot read its Delta table {table} "
+                               f"at version {version}: {e}") from e
+    rows = rows.select(list(COLUMNS)).cast(TABLE_SCHEMA)
+    return rows.sort_by([("entry_id", "ascending"), ("slot", "ascending")])
 
 
 def read_tiered_segment(seg: SegmentMeta, ns: str, stream: str, start: DLSN) -> list[LogRecord]:
     """The segment's records at or after ``start``, in DLSN order."""
     if seg.tier is None:
         raise errors.MetadataServiceError(f"segment {seg.sequence} of {ns}/{stream} is tiered but names no table")
-    try:
-        from deltalake import DeltaTable
-
-        table = DeltaTable(seg.tier.table, version=seg.tier.delta_version)
-        rows = table.to_pyarrow_table(columns=list(COLUMNS[2:]), filters=[
-            ("stream", "=", f"{ns}/{stream}"), ("segment", "=", seg.sequence)])
-    except Exception as e:  # deltalake raises its own types (missing table, version vacuumed, I/O)
-        raise errors.ReadError(f"segment {seg.sequence} of {ns}/{stream}: cannot read its Delta table "
-                               f"{seg.tier.table} at version {seg.tier.delta_version}: {e}") from e
+    rows = read_tiered_arrow(seg.tier.table, seg.tier.delta_version, f"{ns}/{stream}", seg.sequence)
     if rows.num_rows != seg.record_count:
         raise errors.ReadError(f"segment {seg.sequence} of {ns}/{stream}: its Delta table holds {rows.num_rows} "
                                f"records, the metadata says {seg.record_count}")
-    rows = rows.sort_by([("entry_id", "ascending"), ("slot", "ascending")])
     seq = seg.sequence
-    out = [LogRecord(DLSN(seq, e, s), t, bytes(p)) for e, s, t, p in zip(
+    out = [LogRecord(DLSN(seq, e, s), t, p) for e, s, t, p in zip(
         rows.column("entry_id").to_pylist(), rows.column("slot").to_pylist(), rows.column("txid").to_pylist(),
         rows.column("payload").to_pylist(), strict=True)]
     return [r for r in out if r.dlsn >= start]

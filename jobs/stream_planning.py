@@ -1,0 +1,312 @@
+"""The ``ledger`` source over streams, its pure parts: options, stream globs, filter pushdown,
+partition planning from segments, streaming offsets ``{"ns/name": "segment/entry/slot"}``.
+
+No I/O here: jobs/stream_source.py reads the streams' metadata (and the LAC of a segment in
+progress) on the driver and hands it to these functions as ``SegmentExtent`` values, so which
+records a read covers (and how they are cut into tasks) is unit-tested without Spark or bookies.
+
+A read covers, per stream, the records with ``lo <= DLSN < hi``: ``lo`` is the stream's start
+(its truncation point, or a streaming offset), ``hi`` the end of what is acknowledged when
+planned (a sealed segment's last entry, the segment in progress up to its LAC). Every planned
+piece is an entry range of one segment; a piece of a tiered segment is read from its Delta table
+with the same entry range, so both kinds plan, cut and filter alike.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import os
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+
+from pyspark.sql.datasource import EqualTo, Filter, In
+
+from jobs.source_options import DECODES, ZK_ENV, IdRange, _int_option
+from ledger_client.errors import IncorrectParameterError
+from ledger_client.stream.dlsn import DLSN
+
+TXID_MIN = -(1 << 63)
+ENTRIES_PER_PARTITION_DEFAULT = 1_000   # an entry is a record set of up to output_buffer_bytes (256 KiB)
+_GLOB_RE = re.compile(r"[A-Za-z0-9._*?\[\]!-]+")
+
+Position = tuple[int, int, int]
+
+
+# ---------------------------------------------------------------- options
+
+
+def parse_stream_patterns(raw: str) -> tuple[tuple[str, str], ...]:
+    """"payments/orders, payments/*" → (("payments", "orders"), ("payments", "*")); each item is
+    ``namespace/stream`` where either part may be a glob (``*``, ``?``, ``[...]``)."""
+    out: list[tuple[str, str]] = []
+    for part in str(raw).split(","):
+        p = part.strip()
+        if not p:
+            continue
+        ns, sep, name = p.partition("/")
+        if not sep or not _GLOB_RE.fullmatch(ns) or not _GLOB_RE.fullmatch(name):
+            raise IncorrectParameterError(f"option streams: {p!r} is not namespace/stream (globs allowed, "
+                                          "e.g. 'payments/orders,payments/*')")
+        if (ns, name) not in out:
+            out.append((ns, name))
+    if not out:
+        raise IncorrectParameterError(f"option streams names no stream: {raw!r}")
+    return tuple(out)
+
+
+def matches(patterns: Iterable[tuple[str, str]], ns: str, name: str) -> bool:
+    return any(fnmatch.fnmatchcase(ns, a) and fnmatch.fnmatchcase(name, b) for a, b in patterns)
+
+
+def _starting(raw: str) -> tuple[str, tuple[tuple[str, DLSN], ...]]:
+    text = raw.strip()
+    if text.lower() in ("earliest", "latest"):
+        return text.lower(), ()
+    try:
+        obj = json.loads(text)
+    except ValueError:
+        obj = None
+    if not isinstance(obj, dict) or not all(isinstance(v, str) for v in obj.values()):
+        raise IncorrectParameterError(f"option startingOffsets must be earliest, latest or a JSON object "
+                                      f'{{"ns/stream": "segment/entry/slot"}}, not {raw!r}')
+    for k in obj:
+        parse_stream_patterns(k)
+    return "json", tuple(sorted((str(k), DLSN.parse(v)) for k, v in obj.items()))
+
+
+@dataclass(frozen=True)
+class StreamSourceOptions:
+    """Validated options of a read of streams (batch or streaming). Picklable."""
+
+    zk: str
+    patterns: tuple[tuple[str, str], ...]
+    decode: str = "none"
+    json_schema: str | None = None
+    entries_per_partition: int = ENTRIES_PER_PARTITION_DEFAULT
+    min_partitions: int = 1
+    starting_offsets: str = "earliest"                     # earliest | latest | json
+    starting_dlsns: tuple[tuple[str, DLSN], ...] = ()      # with json: stream -> first DLSN to read
+    max_records_per_trigger: int = 0                       # streaming: 0 = no limit
+
+    @staticmethod
+    def parse(options: Mapping[str, str], env: Mapping[str, str] | None = None) -> StreamSourceOptions:
+        env = os.environ if env is None else env
+        options = {str(k).lower(): v for k, v in options.items()}
+        zk = (options.get("zk") or env.get(ZK_ENV) or "").strip()
+        if not zk:
+            raise IncorrectParameterError(f"the ledger source needs option zk (or ${ZK_ENV})")
+        decode = str(options.get("decode", "none")).strip().lower()
+        if decode not in DECODES:
+            raise IncorrectParameterError(f"option decode must be one of {DECODES}, not {decode!r}")
+        schema = options.get("schema")
+        if decode == "json" and not (schema and schema.strip()):
+            raise IncorrectParameterError("decode=json needs option schema, e.g. 'id INT, name STRING'")
+        starting, dlsns = _starting(str(options.get("startingoffsets", "earliest")))
+        return StreamSourceOptions(
+            zk=zk, patterns=parse_stream_patterns(options.get("streams", "")), decode=decode,
+            json_schema=schema.strip() if decode == "json" and schema else None,
+            entries_per_partition=_int_option(options, "entries_per_partition", ENTRIES_PER_PARTITION_DEFAULT, 1),
+            min_partitions=_int_option(options, "min_partitions", 1, 1),
+            starting_offsets=starting, starting_dlsns=dlsns,
+            max_records_per_trigger=_int_option(options, "max_records_per_trigger", 0, 0))
+
+    def payload_ddl(self) -> str:
+        if self.decode == "utf8":
+            return "STRING"
+        if self.decode == "json":
+            return f"STRUCT<{self.json_schema}>"
+        return "BINARY"
+
+    def schema_ddl(self) -> str:
+        return (f"stream STRING, segment BIGINT, entry_id BIGINT, slot INT, txid BIGINT, "
+                f"payload {self.payload_ddl()}")
+
+
+# ---------------------------------------------------------------- pushdown
+
+
+@dataclass(frozen=True)
+class StreamPushdown:
+    """The AND of the filters the source applies itself: on ``stream`` (= / IN) and ``txid``."""
+
+    streams: frozenset[str] | None = None
+    txid: IdRange = field(default_factory=lambda: IdRange(lo=TXID_MIN))
+
+    def admits_stream(self, stream: str) -> bool:
+        return self.streams is None or stream in self.streams
+
+    def may_hold(self, first_txid: int, last_txid: int | None) -> bool:
+        """Whether a segment with txids first..last (last None: still growing) may hold a wanted txid."""
+        hi = last_txid if last_txid is not None else (1 << 63) - 1
+        a, b = max(first_txid, self.txid.lo), min(hi, self.txid.hi)
+        if a > b:
+            return False
+        return self.txid.values is None or any(a <= v <= b for v in self.txid.values)
+
+
+def push_stream_filters(filters: Iterable[Filter]) -> tuple[StreamPushdown, list[Filter]]:
+    """(what the source applies exactly, the filters left for Spark)."""
+    pd = StreamPushdown()
+    rest: list[Filter] = []
+    for f in filters:
+        col = getattr(f, "attribute", None)
+        name = col[0].lower() if isinstance(col, tuple) and len(col) == 1 else None
+        if name == "txid":
+            narrowed = pd.txid.narrowed(f)
+            if narrowed is not None:
+                pd = replace(pd, txid=narrowed)
+                continue
+        elif name == "stream":
+            vals = (f.value,) if isinstance(f, EqualTo) else tuple(f.value) if isinstance(f, In) else None
+            if vals is not None and all(isinstance(v, str) for v in vals):
+                s = frozenset(vals)  # type: ignore[arg-type]
+                pd = replace(pd, streams=s if pd.streams is None else pd.streams & s)
+                continue
+        rest.append(f)
+    return pd, rest
+
+
+# ---------------------------------------------------------------- planning
+
+
+@dataclass(frozen=True)
+class SegmentExtent:
+    """What planning needs of one segment, read on the driver."""
+
+    stream: str                    # "ns/name"
+    sequence: int
+    ledger_id: int | None
+    last_entry_id: int             # sealed or tiered: its last entry; in progress: the LAC; -1: none
+    first_txid: int
+    last_txid: int | None          # None while in progress
+    records: int | None            # None while in progress
+    tier: tuple[str, int] | None = None    # (Delta table, version) of a tiered segment
+    password: bytes = b""
+
+
+@dataclass(frozen=True)
+class StreamSpan:
+    """Entries first..last of one segment, of which the records with lo <= DLSN < hi (hi None:
+    no bound) and a wanted txid are returned. Read from the ledger, or from Delta if ``tier``."""
+
+    stream: str
+    sequence: int
+    ledger_id: int | None
+    first: int
+    last: int
+    lo: Position
+    hi: Position | None = None
+    tier: tuple[str, int] | None = None
+    password: bytes = b""
+    txid: IdRange = field(default_factory=lambda: IdRange(lo=TXID_MIN))
+    first_txid: int = 0            # the segment's (record sets may store txids relative to it)
+
+    @property
+    def entries(self) -> int:
+        return self.last - self.first + 1
+
+
+def entry_range(x: SegmentExtent, lo: Position, hi: Position | None) -> tuple[int, int] | None:
+    """The entries of segment ``x`` that may hold a record in [lo, hi); None when there are none."""
+    if x.sequence < lo[0] or (hi is not None and (x.sequence > hi[0] or (x.sequence, 0, 0) >= hi)):
+        return None
+    first = lo[1] if x.sequence == lo[0] else 0
+    last = x.last_entry_id
+    if hi is not None and x.sequence == hi[0]:
+        last = min(last, hi[1] if hi[2] > 0 else hi[1] - 1)
+    return (first, last) if first <= last else None
+
+
+def plan_stream_spans(extents: Iterable[SegmentExtent], ranges: Mapping[str, tuple[Position, Position | None]],
+                      pushdown: StreamPushdown, entries_per_partition: int,
+                      min_partitions: int = 1) -> list[tuple[StreamSpan, ...]]:
+    """Partitions (tuples of spans of at most entries_per_partition entries in all), in DLSN order
+    per stream. Segments of streams not in ``ranges`` are not read."""
+    wanted: list[StreamSpan] = []
+    for x in sorted(extents, key=lambda x: (x.stream, x.sequence)):
+        if x.stream not in ranges or not pushdown.admits_stream(x.stream):
+            continue
+        if not pushdown.may_hold(x.first_txid, x.last_txid if x.records is not None else None):
+            continue
+        lo, hi = ranges[x.stream]
+        got = entry_range(x, lo, hi)
+        if got is not None:
+            wanted.append(StreamSpan(x.stream, x.sequence, x.ledger_id, got[0], got[1], lo, hi, x.tier,
+                                     x.password, pushdown.txid, x.first_txid))
+    total = sum(s.entries for s in wanted)
+    size = max(1, min(entries_per_partition, -(-total // max(1, min_partitions))))
+    parts: list[tuple[StreamSpan, ...]] = []
+    current: list[StreamSpan] = []
+    filled = 0
+    for span in wanted:
+        for a in range(span.first, span.last + 1, size):
+            piece = replace(span, first=a, last=min(span.last, a + size - 1))
+            if filled + piece.entries > size and current:
+                parts.append(tuple(current))
+                current, filled = [], 0
+            current.append(piece)
+            filled += piece.entries
+    if current:
+        parts.append(tuple(current))
+    return parts
+
+
+def stream_end(extents: Sequence[SegmentExtent], next_sequence: int) -> DLSN:
+    """The position just after the last acknowledged record of one stream (its extents, in order):
+    inside the segment in progress after its LAC, else the start of the next segment to come."""
+    last = max(extents, key=lambda x: x.sequence, default=None)
+    if last is not None and last.records is None:
+        return DLSN(last.sequence, last.last_entry_id + 1, 0)
+    return DLSN(max(next_sequence, 1), 0, 0)
+
+
+# ---------------------------------------------------------------- streaming offsets
+
+
+def offsets_to_json(positions: Mapping[str, Position]) -> dict[str, str]:
+    """Offsets as Spark stores them: {"ns/name": "segment/entry/slot"}, the next record to read."""
+    return {k: str(DLSN(*v)) for k, v in sorted(positions.items())}
+
+
+def offsets_from_json(offset: Mapping[str, object] | None) -> dict[str, DLSN]:
+    out: dict[str, DLSN] = {}
+    for k, v in (offset or {}).items():
+        if not isinstance(v, str) or "/" not in str(k):
+            raise IncorrectParameterError(f"bad stream offset {k!r}: {v!r} (want 'ns/name': 'seg/entry/slot')")
+        out[str(k)] = DLSN.parse(v)
+    return out
+
+
+def cap_end(extents: Sequence[SegmentExtent], lo: Position, hi: Position, budget: int) -> tuple[DLSN, int]:
+    """Where a microbatch of at most ~``budget`` records from ``lo`` ends (before ``hi``), and how
+    many records it is counted as. Sealed segments count their known records; a cut inside a
+    segment is at an entry boundary estimated from its records per entry (one per entry while a
+    segment is in progress), and always moves by at least one entry so a stream never stalls."""
+    used = 0
+    end = DLSN(*lo)
+    for x in sorted(extents, key=lambda x: x.sequence):
+        got = entry_range(x, lo, hi)
+        if got is None:
+            continue
+        first, last = got
+        per_entry = (x.records / (x.last_entry_id + 1)) if x.records and x.last_entry_id >= 0 else 1.0
+        n_entries = last - first + 1
+        cost = max(1, round(n_entries * per_entry))
+        if used + cost <= budget:
+            used += cost
+            end = DLSN(x.sequence, last + 1, 0) if x.records is None or last < x.last_entry_id \
+                else DLSN(x.sequence + 1, 0, 0)
+            continue
+        take = max(1 if used == 0 else 0, int((budget - used) / per_entry))
+        if take:
+            end = DLSN(x.sequence, first + min(take, n_entries), 0)
+            used += max(1, round(take * per_entry))
+        return min(end, DLSN(*hi)), used
+    return DLSN(*hi), used
+
+
+def reads_streams(options: Mapping[str, str]) -> bool:
+    """Whether a read's options ask for streams (option ``streams``) rather than ledgers."""
+    return any(str(k).lower() == "streams" for k in options)
