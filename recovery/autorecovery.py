@@ -58,6 +58,7 @@ class AutoRecovery:
         self._auditor: Auditor | None = None
         self._withdraw: Any = None
         self._is_auditor = False
+        self.elections_won = 0  # times this candidate became the auditor (recovery/metrics.py)
         self._maintenance: StreamMaintenance | None = None
         self._tier_step: TierStep | None = tier_step
 
@@ -183,6 +184,7 @@ class AutoRecovery:
             old, self._auditor = self._auditor, None
             old_maintenance, self._maintenance = self._maintenance, None
             if elected and store is not None and client is not None:
+                self.elections_won += 1
                 self._auditor = Auditor(store, self.config, client.pool)
                 self._auditor.start()
                 self._maintenance = StreamMaintenance(client, self.config.stream_maintenance_interval_ms,

@@ -31,6 +31,8 @@ def add_autorecovery_parser(p: argparse.ArgumentParser, zk_default: str) -> None
     p.add_argument("--id", default=None, help="auditor candidate id (default host:pid)")
     p.add_argument("--no-auditor", action="store_true", help="only replicate; never stand for auditor")
     p.add_argument("--no-worker", action="store_true", help="only stand for auditor; never replicate")
+    p.add_argument("--http-port", type=int, default=0, help="serve /metrics and the admin API here (0 = off)")
+    p.add_argument("--http-host", default="127.0.0.1", help="address the admin API binds (default 127.0.0.1)")
 
 
 def run_autorecovery(args: argparse.Namespace) -> int:
@@ -45,14 +47,30 @@ def run_autorecovery(args: argparse.Namespace) -> int:
     except (RecoveryError, ValueError) as e:
         print(f"{PROG}: error: {e}", file=sys.stderr)
         return 2
+    if not 0 <= args.http_port < 65536:
+        print(f"{PROG}: error: --http-port {args.http_port} is not in 0..65535", file=sys.stderr)
+        return 2
     ar.start()
+    admin = None
     try:
+        if args.http_port:
+            from spark_bookie.http.process import serve_autorecovery
+
+            try:
+                admin = serve_autorecovery(ar, args.http_port, args.http_host)
+            except OSError as e:
+                print(f"{PROG}: error: cannot serve HTTP on {args.http_host}:{args.http_port}: {e.strerror or e}",
+                      file=sys.stderr)
+                return 2
+            print(f"autorecovery {ar.candidate_id} http admin on {admin.url}", flush=True)
         if not ar.wait_ready(cfg.zk_connect_timeout_ms / 1000 + 5):
             print(f"{PROG}: ZooKeeper at {args.zk} is not reachable yet; still trying", file=sys.stderr, flush=True)
         else:
             print(f"autorecovery {ar.candidate_id} ready", flush=True)
         wait_for_signal()
     finally:
+        if admin is not None:
+            admin.stop()
         ar.stop()
     return 0
 

@@ -46,7 +46,8 @@ def cmd_bookie(args: argparse.Namespace) -> int:
         cfg = load_config(args.conf, zk_connect=args.zk, port=args.port, host=args.host,
                           advertised_host=args.advertised_host,
                           journal_dirs=[args.journal_dir] if args.journal_dir else None,
-                          ledger_dirs=[args.ledger_dir] if args.ledger_dir else None)
+                          ledger_dirs=[args.ledger_dir] if args.ledger_dir else None,
+                          http_port=args.http_port)
         bookie = Bookie(cfg)
         bookie.start()
     except BookieError as e:
@@ -60,6 +61,18 @@ def cmd_bookie(args: argparse.Namespace) -> int:
         except BookieError as e:
             bookie.stop()
             return fail(str(e))
+    admin = None
+    if cfg.http_port:
+        from spark_bookie.http.process import serve_bookie
+
+        try:
+            admin = serve_bookie(bookie, cfg.http_port, autorecovery)
+        except OSError as e:
+            if autorecovery is not None:
+                autorecovery.stop()
+            bookie.stop()
+            return fail(f"cannot serve HTTP on {cfg.host}:{cfg.http_port}: {e.strerror or e}")
+        print(f"bookie {bookie.bookie_id} http admin on {admin.url} (/metrics, /heartbeat, /api/v1/)", flush=True)
     # This process is the bookie's own: freeze what start-up allocated and collect young objects
     # less often, so the cyclic GC does not rescan the write cache's bookkeeping on every add burst.
     gc.freeze()
@@ -68,6 +81,8 @@ def cmd_bookie(args: argparse.Namespace) -> int:
     try:
         wait_for_signal()
     finally:
+        if admin is not None:
+            admin.stop()
         if autorecovery is not None:
             autorecovery.stop()
         bookie.stop()
@@ -158,6 +173,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--journal-dir", default=None)
     p.add_argument("--ledger-dir", default=None)
     p.add_argument("--conf", default=None, help="TOML configuration file (see conf/bookie.toml)")
+    p.add_argument("--http-port", type=int, default=None,
+                   help="serve /metrics and the admin API on this port (0 = off; default: http_port of --conf)")
     p.set_defaults(func=cmd_bookie)
 
     p = sub.add_parser("sandbox", help="embedded ZooKeeper + N bookie processes on this machine")

@@ -17,6 +17,7 @@ import logging
 import os
 import socket
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import IO
@@ -32,6 +33,7 @@ from spark_bookie.server.checkpoint import Checkpointer
 from spark_bookie.server.config import BookieConfig
 from spark_bookie.server.cookie import Cookie, normalize_dirs, verify_or_create
 from spark_bookie.server.disk import DiskMonitor, DiskState, LedgerDiskRoom
+from spark_bookie.server.metrics import BookieMetrics, BookieProbes
 from spark_bookie.server.processor import RequestProcessor
 from spark_bookie.server.service import BookieServicer, grpc_options
 from spark_bookie.storage.gc import GarbageCollector
@@ -105,8 +107,15 @@ class Bookie:
             preallocate_bytes=config.journal_preallocate_bytes,
             queue_records_max=config.journal_queue_records_max)
         self._checkpointer: Checkpointer | None = None
+        # Its own registry even with metrics off, so /metrics always has something to serve.
+        self.metrics = BookieMetrics() if config.metrics_enabled else None
+        self.registry = self.metrics.registry if self.metrics is not None else BookieMetrics.empty_registry()
+        if self.metrics is not None:
+            self.journal.on_sync = self.metrics.journal_synced
         self._gc: GarbageCollector | None = None
         self._gc_stop = threading.Event()
+        self._gc_wake = threading.Event()  # a forced GC round (the admin API's PUT /api/v1/bookie/gc)
+        self.gc_running = False
         self._gc_thread: threading.Thread | None = None
         self._registered_read_only: bool | None = None
         self._reg_lock = threading.Lock()
@@ -122,6 +131,15 @@ class Bookie:
     @property
     def read_only(self) -> bool:
         return self._disk.read_only
+
+    @property
+    def is_ready(self) -> bool:
+        """Serving and registered (BookKeeper's is_ready): what health checks ask."""
+        return self._registered_read_only is not None and not self._stopped
+
+    @property
+    def stopping(self) -> bool:
+        return self._stopped
 
     @property
     def metadata(self) -> MetadataStore:
@@ -176,6 +194,7 @@ class Bookie:
         self._checkpointer.try_checkpoint()  # a full disk defers it: start read-only, serving reads
         self._checkpointer.start()
         self._disk.start()
+        self._bind_metrics()
         self._start_server()
         self._register(self._disk.read_only)
         self.metadata.add_session_listener(self._on_session)
@@ -202,7 +221,7 @@ class Bookie:
                 server = grpc.aio.server(options=grpc_options(self.config.grpc_message_bytes_max))
                 processor = RequestProcessor(self.config, self.storage, self.journal, loop,
                                              self._executor, lambda: self._disk.read_only,
-                                             self._disk.has_room)
+                                             self._disk.has_room, self.metrics)
                 pb_grpc.add_BookieServicer_to_server(BookieServicer(
                     processor, self.bookie_id, list(self.ledger_dirs),
                     self.config.in_flight_adds_per_stream_max, lambda: self._disk.read_only,
@@ -287,16 +306,60 @@ class Bookie:
                                     compaction_ratio_threshold=self.config.gc_compaction_ratio_threshold)
 
         def run() -> None:
-            while not self._gc_stop.wait(self.config.gc_interval_ms / 1000.0):
-                try:
-                    stats = self._gc.run_once() if self._gc else None
-                    if stats and (stats.ledgers_deleted or stats.logs_deleted or stats.logs_compacted):
-                        log.info("GC: %s", stats)
-                except Exception:
-                    log.exception("GC round failed")
+            while True:
+                self._gc_wake.wait(self.config.gc_interval_ms / 1000.0)
+                self._gc_wake.clear()
+                if self._gc_stop.is_set():
+                    return
+                self._gc_round()
 
         self._gc_thread = threading.Thread(target=run, name="bookie-gc", daemon=True)
         self._gc_thread.start()
+
+    def _gc_round(self) -> None:
+        if self._gc is None:
+            return
+        self.gc_running = True
+        started = time.perf_counter()
+        try:
+            stats = self._gc.run_once()
+            if stats.ledgers_deleted or stats.logs_deleted or stats.logs_compacted:
+                log.info("GC: %s", stats)
+            if self.metrics is not None:
+                self.metrics.gc_round(time.perf_counter() - started, stats.ledgers_deleted,
+                                      stats.bytes_reclaimed, stats.logs_compacted)
+        except Exception:
+            log.exception("GC round failed")
+        finally:
+            self.gc_running = False
+
+    def trigger_gc(self) -> None:
+        """Run a GC round now rather than at the next interval (BookKeeper's forceGC)."""
+        self._gc_wake.set()
+
+    def last_log_mark(self) -> tuple[int, int]:
+        """(journal file id, offset) of the last journal record handed to the OS."""
+        pos = self.journal.last_written_position()
+        return pos.file_id, pos.offset
+
+    # ------------------------------------------------------------------ metrics
+
+    def _bind_metrics(self) -> None:
+        if self.metrics is None:
+            return
+        storage, journal, checkpointer = self.storage, self.journal, self._checkpointer
+        rc = storage.cache_stats
+        self.metrics.bind(BookieProbes(
+            journal_queue_records=lambda: journal.queued_records,
+            write_cache_bytes=storage.unflushed_bytes,
+            read_cache_bytes=lambda: rc()["read_cache_bytes"],
+            read_cache_hits=lambda: rc()["read_cache_hits"],
+            read_cache_misses=lambda: rc()["read_cache_misses"],
+            flushed_bytes_total=lambda: storage.flushed_bytes_total,
+            flushes_total=lambda: storage.flushes_total,
+            checkpoint_lag_bytes=checkpointer.lag_bytes if checkpointer is not None else (lambda: 0),
+            read_only=lambda: self._disk.read_only,
+            ledger_dirs=tuple(self.ledger_dirs), journal_dirs=tuple(self.journal_dirs)))
 
     # ------------------------------------------------------------------ stop
 
@@ -311,6 +374,7 @@ class Bookie:
             except MetadataError:
                 pass
         self._gc_stop.set()
+        self._gc_wake.set()
         self._disk.stop()
         self._stop_server(grace_s)
         if self._gc_thread is not None:

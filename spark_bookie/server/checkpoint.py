@@ -70,6 +70,14 @@ class Checkpointer:
         self._thread: threading.Thread | None = None
         self._last_mark: JournalPosition | None = None
 
+    def lag_bytes(self) -> int:
+        """Journal bytes written since the last mark, counted within the current journal file (a
+        file rolled since the mark counts from its start): what a restart would replay, roughly."""
+        written, mark = self._journal.last_written_position(), self._last_mark
+        if mark is None or mark.file_id != written.file_id:
+            return written.offset
+        return max(0, written.offset - mark.offset)
+
     def apply(self, rec: JournalRecord) -> None:
         """Re-apply one journal record to ledger storage (replay is idempotent).
 

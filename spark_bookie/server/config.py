@@ -71,6 +71,9 @@ class BookieConfig:
     # ---- autorecovery (BookKeeper's autoRecoveryDaemonEnabled)
     autorecovery_enabled: bool = False          # run an auditor candidate + replication worker beside the bookie
     autorecovery_conf: str = ""                 # its TOML (conf/autorecovery.toml); empty = defaults
+    # ---- operations
+    http_port: int = 0                          # HTTP admin API and /metrics (spark_bookie.http); 0 = off
+    metrics_enabled: bool = True                # count adds, reads, journal groups, GC (server/metrics.py)
     extra: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     @property
@@ -93,6 +96,8 @@ class BookieConfig:
             problems.append("need 0 < disk_usage_lwm <= disk_usage_threshold <= 1")
         if self.min_usable_index_bytes < 0 or self.min_usable_entry_log_bytes < 0:
             problems.append("min_usable_index_bytes and min_usable_entry_log_bytes must be >= 0")
+        if not (0 <= self.http_port < 65536) or (self.http_port and self.http_port in (self.port, self.add_port)):
+            problems.append(f"http_port {self.http_port} is not 0 (off) or in 1..65535 apart from port and add_port")
         if self.entry_size_bytes_max + 1024 > self.grpc_message_bytes_max:
             problems.append("grpc_message_bytes_max must exceed entry_size_bytes_max")
         if not (0.0 <= self.gc_compaction_ratio_threshold < 1.0):

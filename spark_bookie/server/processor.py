@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
 from itertools import pairwise
@@ -40,6 +41,7 @@ from spark_bookie.errors import (
 )
 from spark_bookie.server.config import BookieConfig
 from spark_bookie.server.lac import LacTracker
+from spark_bookie.server.metrics import BookieMetrics
 from spark_bookie.storage.journal import Journal, JournalRecord, RecordType
 from spark_bookie.storage.ledger_storage import LedgerStorage
 
@@ -54,9 +56,12 @@ T = TypeVar("T")
 class RequestProcessor:
     def __init__(self, config: BookieConfig, storage: LedgerStorage, journal: Journal,
                  loop: asyncio.AbstractEventLoop, executor: Executor,
-                 read_only: Callable[[], bool], has_room: Callable[[int], bool] = lambda _n: True) -> None:
+                 read_only: Callable[[], bool], has_room: Callable[[int], bool] = lambda _n: True,
+                 metrics: BookieMetrics | None = None) -> None:
         """``has_room(nbytes)``: whether adds of that many bytes still fit on the ledger disk
-        (DiskMonitor.has_room: their flush must leave the reserves free)."""
+        (DiskMonitor.has_room: their flush must leave the reserves free). ``metrics``: counted
+        once per add batch and per read request; None = not counted at all."""
+        self._metrics = metrics
         self._cfg = config
         self._has_room = has_room
         self._storage = storage
@@ -184,7 +189,10 @@ class RequestProcessor:
         before: the caller answers the whole batch EIO.
         """
         groups = add_groups(batch)
-        if self._read_only() or not self._has_room(sum(sum(map(len, g.bodies)) for g in groups)):
+        nbytes = sum(sum(map(len, g.bodies)) for g in groups)
+        if self._metrics is not None:
+            reply = _metered(reply, self._metrics, time.perf_counter(), nbytes)
+        if self._read_only() or not self._has_room(nbytes):
             _answer_now(reply, flush, [], [f for g in groups for f in group_failures(
                 g, pb.EREADONLY, "bookie is read-only (disk usage above threshold, or its reserves reached)")])
             return
@@ -273,6 +281,19 @@ class RequestProcessor:
             self._reads_in_flight -= 1
 
     async def read(self, req: pb.ReadRequest) -> pb.ReadResponse:
+        m = self._metrics
+        if m is None:
+            return await self._read(req)
+        started = time.perf_counter()
+        try:
+            resp = await self._read(req)
+        except BaseException:
+            m.read_done(started, 0, 0, False)
+            raise
+        m.read_done(started, 1 if resp.body else 0, len(resp.body), True)
+        return resp
+
+    async def _read(self, req: pb.ReadRequest) -> pb.ReadResponse:
         lid, eid = req.ledger_id, req.entry_id
         if lid < 0 or eid < -1:
             raise BadRequestError(f"bad ids {lid}/{eid}: ledger >= 0, entry >= -1")
@@ -303,6 +324,19 @@ class RequestProcessor:
         return resp
 
     async def read_range(self, req: pb.ReadRangeRequest) -> pb.ReadRangeResponse:
+        m = self._metrics
+        if m is None:
+            return await self._read_range(req)
+        started = time.perf_counter()
+        try:
+            resp = await self._read_range(req)
+        except BaseException:
+            m.read_done(started, 0, 0, False)
+            raise
+        m.read_done(started, len(resp.bodies), sum(map(len, resp.bodies)), True)
+        return resp
+
+    async def _read_range(self, req: pb.ReadRangeRequest) -> pb.ReadRangeResponse:
         lid, first, last = req.ledger_id, req.first_entry_id, req.last_entry_id
         ids = _listed_ids(lid, req.entry_ids) if req.entry_ids else None  # listed: the range is not used
         if lid < 0 or (ids is None and (first < 0 or last < first)):
@@ -363,6 +397,15 @@ def _listed_ids(ledger_id: int, entry_ids: Sequence[int]) -> list[int]:
     if ids[0] < 0 or any(b <= a for a, b in pairwise(ids)):
         raise BadRequestError(f"ledger {ledger_id}: listed entry ids must be >= 0 and strictly ascending")
     return ids
+
+
+def _metered(reply: Reply, metrics: BookieMetrics, started: float, nbytes: int) -> Reply:
+    """`reply`, counting the batch's answers once (bytes: the batch's, pro rata when some failed)."""
+    def answer(ok: list[int], failed: list[pb.AddResponse]) -> None:
+        n_ok, n_failed = len(ok), len(failed)
+        metrics.adds_done(started, n_ok, n_failed, nbytes if not n_failed else nbytes * n_ok // (n_ok + n_failed))
+        reply(ok, failed)
+    return answer
 
 
 def _answer_now(reply: Reply, flush: Callable[[], None] | None, ok: list[int],

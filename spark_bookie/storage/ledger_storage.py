@@ -88,6 +88,7 @@ class LedgerStorage:
         self.write_cache_bytes_max = write_cache_bytes_max
         self.index_reserve_bytes = index_reserve_bytes
         self.flushed_bytes_total = 0  # entry-log bytes written by flushes (the disk monitor's count)
+        self.flushes_total = 0  # flushes that wrote something (the bookie's metrics)
         self._index = LedgerIndex(self.current_dir / "index")
         self._log = EntryLogger(
             self.current_dir,
@@ -299,6 +300,7 @@ class LedgerStorage:
             try:
                 self._write_out(cache, dirty, paced)
                 self.flushed_bytes_total += cache.size_bytes
+                self.flushes_total += 1
             except BaseException:
                 self._restore(cache, dirty)
                 raise

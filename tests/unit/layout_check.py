@@ -23,6 +23,7 @@ ROLES: dict[str, str] = {
     "spark_bookie": "storage",            # the package itself and its errors module: the bookie's base
     "spark_bookie.storage": "storage",
     "spark_bookie.server": "server",
+    "spark_bookie.http": "http",
     "spark_bookie.deploy": "deploy",
     "spark_bookie.hosting": "hosting",
     "spark_bookie.local": "local",
@@ -43,11 +44,12 @@ ALLOWED: dict[str, set[str]] = {
     "storage": {"protocol"},
     "server": {"storage", "protocol", "metadata"},
     "deploy": {"storage"},
-    "hosting": _BOOKIE | _LIBS | {"deploy"},
-    "local": _BOOKIE | _LIBS | {"deploy", "hosting"},
-    "bench": _BOOKIE | _LIBS | {"deploy", "hosting", "local"},
-    "cli": _BOOKIE | _LIBS | {"deploy", "hosting", "local", "bench"},
-    "jobs": _BOOKIE | _LIBS | {"deploy", "hosting", "local"},
+    "http": _BOOKIE | _LIBS,
+    "hosting": _BOOKIE | _LIBS | {"deploy", "http"},
+    "local": _BOOKIE | _LIBS | {"deploy", "hosting", "http"},
+    "bench": _BOOKIE | _LIBS | {"deploy", "hosting", "local", "http"},
+    "cli": _BOOKIE | _LIBS | {"deploy", "hosting", "local", "bench", "http"},
+    "jobs": _BOOKIE | _LIBS | {"deploy", "hosting", "local", "http"},
     "pyspark_ledger": {"jobs"},
 }
 

@@ -1,0 +1,78 @@
+"""Autorecovery's Prometheus metrics, named after BookKeeper's ReplicationStats (scopes
+``auditor`` and ``replication_worker``).
+
+Why a scrape-time collector: every value already exists as a running total (WorkerStats,
+AuditorStats, the election count) or lives in ZooKeeper (the under-replication queue), so reading
+them when Prometheus scrapes costs the replication path nothing. The queue length is read from
+ZooKeeper on each scrape (one getChildren), so every autorecovery process reports the cluster's
+figure, not only the auditor.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+if TYPE_CHECKING:
+    from recovery.autorecovery import AutoRecovery
+
+log = logging.getLogger(__name__)
+
+WORKER_COUNTERS = (
+    ("ledgers_replicated", "replication_worker_NUM_FULL_OR_PARTIAL_LEDGERS_REPLICATED",
+     "Ledgers whose missing fragments this process re-replicated"),
+    ("fragments_repaired", "replication_worker_NUM_FRAGMENTS_REPLICATED", "Fragments re-replicated"),
+    ("entries_copied", "replication_worker_NUM_ENTRIES_WRITTEN", "Entries written to new bookies"),
+    ("bytes_copied", "replication_worker_NUM_BYTES_WRITTEN", "Entry bytes written to new bookies"),
+    ("ledgers_fenced", "replication_worker_NUM_DEFER_LEDGER_LOCK_RELEASE_OF_FAILED_LEDGER",
+     "Open ledgers fenced and closed after their grace period"),
+    ("failures", "replication_worker_REPLICATE_EXCEPTION", "Re-replication attempts that failed"),
+)
+
+
+class AutoRecoveryCollector(Collector):
+    def __init__(self, ar: AutoRecovery) -> None:
+        self._ar = ar
+
+    def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
+        ar = self._ar
+        worker = ar.worker
+        stats = worker.stats.snapshot() if worker is not None else {}
+        for key, name, doc in WORKER_COUNTERS:
+            yield CounterMetricFamily(name, doc, value=float(stats.get(key, 0)))
+        yield CounterMetricFamily("auditor_ELECTION_ATTEMPTS", "Auditor elections this process won",
+                                  value=float(ar.elections_won))
+        yield GaugeMetricFamily("auditor_IS_AUDITOR", "1 while this process is the cluster's auditor",
+                                value=1.0 if ar.is_auditor else 0.0)
+        audit = ar.auditor_stats
+        yield CounterMetricFamily("auditor_AUDIT_RUNS", "Audits of lost bookies run by this auditor",
+                                  value=float(audit.audits if audit is not None else 0))
+        yield CounterMetricFamily("auditor_LEDGERS_MARKED_UNDER_REPLICATED", "Ledgers this auditor marked",
+                                  value=float(audit.ledgers_marked if audit is not None else 0))
+        queued = self._queue_length()
+        if queued is not None:
+            yield GaugeMetricFamily("auditor_NUM_UNDER_REPLICATED_LEDGERS",
+                                    "Ledgers in the cluster's under-replication queue", value=float(queued))
+
+    def _queue_length(self) -> int | None:
+        store = self._ar.store
+        if store is None:
+            return None
+        try:
+            return len(store.list_underreplicated())
+        except Exception as e:  # ZooKeeper away: the scrape goes on without this one
+            log.debug("under-replication queue unreadable: %s", e)
+            return None
+
+
+def autorecovery_registry(ar: AutoRecovery, registry: CollectorRegistry | None = None) -> CollectorRegistry:
+    """A registry (a new one by default: several processes' worth may share a Python process)
+    holding ``ar``'s metrics."""
+    registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
+    registry.register(AutoRecoveryCollector(ar))
+    return registry

@@ -1,0 +1,149 @@
+"""The admin HTTP server: the standard library's threading server in a daemon thread.
+
+Why the standard library: the admin API is a handful of small, rare requests beside a bookie
+whose event loop and threads are busy with adds; a thread per request (ThreadingHTTPServer) keeps
+a slow admin call (a ledger read, a metadata scan) off the bookie's loop, and adds no dependency.
+Every answer is JSON except /metrics (Prometheus' text format, prometheus_client's exposition) and
+/heartbeat (``OK``, as BookKeeper's). Errors are ``{"error": message}`` with 400 (bad request),
+404 (unknown path or ledger), 405 (wrong method) or 503; an unexpected exception is logged here
+and answered 500 with its one-line message, never a traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import urlsplit
+
+from prometheus_client import CollectorRegistry
+from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+
+from spark_bookie.http.params import ApiError, parse_query
+
+log = logging.getLogger(__name__)
+
+BODY_BYTES_MAX = 1 << 20  # admin requests are small; a larger body is refused (413)
+
+
+@dataclass(frozen=True)
+class Request:
+    method: str
+    path: str
+    params: dict[str, str]
+    body: bytes
+
+
+@dataclass(frozen=True)
+class Response:
+    status: int
+    body: bytes
+    content_type: str = "application/json"
+
+    @staticmethod
+    def json(value: Any, status: int = 200) -> Response:
+        return Response(status, json.dumps(value, indent=2).encode() + b"\n")
+
+    @staticmethod
+    def text(value: str, status: int = 200) -> Response:
+        return Response(status, value.encode(), "text/plain; charset=utf-8")
+
+
+Handler = Callable[[Request], Response]
+# path -> {method: handler}
+Routes = dict[str, dict[str, Handler]]
+
+
+def dispatch(routes: Routes, registry: CollectorRegistry, req: Request) -> Response:
+    """The answer to one request; never raises."""
+    try:
+        if req.path == "/metrics":
+            if req.method != "GET":
+                raise ApiError(405, "use GET for /metrics")
+            return Response(200, generate_latest(registry), CONTENT_TYPE_LATEST)
+        methods = routes.get(req.path.rstrip("/") or "/")
+        if methods is None:
+            raise ApiError(404, f"no endpoint {req.path}")
+        handler = methods.get(req.method)
+        if handler is None:
+            raise ApiError(405, f"{req.path} takes {', '.join(sorted(methods))}, not {req.method}")
+        return handler(req)
+    except ApiError as e:
+        return Response.json({"error": e.message}, e.status)
+    except Exception as e:  # a bug or an outage below: logged with its traceback here, not sent
+        log.exception("admin request %s %s failed", req.method, req.path)
+        return Response.json({"error": f"{type(e).__name__}: {e}"}, 500)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: _Server
+    protocol_version = "HTTP/1.1"
+
+    def _serve(self) -> None:
+        url = urlsplit(self.path)
+        try:
+            length = int(self.headers.get("Content-Length") or 0)
+            if length < 0 or length > BODY_BYTES_MAX:
+                raise ApiError(413, f"request body over {BODY_BYTES_MAX} bytes")
+            body = self.rfile.read(length) if length else b""
+            req = Request(self.command, url.path, parse_query(url.query), body)
+            resp = dispatch(self.server.routes, self.server.registry, req)
+        except ApiError as e:
+            resp = Response.json({"error": e.message}, e.status)
+        except ValueError:
+            resp = Response.json({"error": "bad Content-Length"}, 400)
+        self.send_response(resp.status)
+        self.send_header("Content-Type", resp.content_type)
+        self.send_header("Content-Length", str(len(resp.body)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(resp.body)
+
+    do_GET = do_POST = do_PUT = do_DELETE = do_HEAD = _serve  # noqa: N815
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (the base class's name)
+        log.debug("%s %s", self.address_string(), format % args)
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(self, address: tuple[str, int], routes: Routes, registry: CollectorRegistry) -> None:
+        self.routes = routes
+        self.registry = registry
+        super().__init__(address, _Handler)
+
+
+class AdminServer:
+    """Serves `routes` and /metrics of `registry` on host:port (port 0: one the OS picks) until
+    stop(). OSError from the constructor when the port cannot be bound."""
+
+    def __init__(self, host: str, port: int, routes: Routes, registry: CollectorRegistry) -> None:
+        self._server = _Server((host, port), routes, registry)
+        self.host = host
+        self.port = int(self._server.server_address[1])
+        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.2},
+                                        name=f"admin-http-{self.port}", daemon=True)
+
+    def start(self) -> AdminServer:
+        self._thread.start()
+        return self
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def stop(self) -> None:
+        if self._thread.is_alive():
+            self._server.shutdown()
+            self._thread.join(timeout=5)
+        self._server.server_close()
+
+
+def start_admin_server(host: str, port: int, routes: Routes, registry: CollectorRegistry) -> AdminServer:
+    return AdminServer(host, port, routes, registry).start()
