@@ -15,6 +15,7 @@ from metadata import (
     BadVersionError,
     LedgerMetadata,
     LedgerState,
+    MetadataAccessDeniedError,
     MetadataError,
     MetadataStore,
     MetadataUnavailableError,
@@ -52,6 +53,8 @@ def metadata_errors(what: str, ledger_op: bool = True) -> Iterator[None]:
         raise errors.MetadataVersionError(f"{what}: metadata changed concurrently ({e})") from e
     except MetadataUnavailableError as e:
         raise errors.MetadataServiceError(f"{what}: ZooKeeper unavailable ({e})") from e
+    except MetadataAccessDeniedError as e:
+        raise errors.UnauthorizedAccessError(f"{what}: {e}") from e
     except MetadataError as e:
         raise errors.MetadataServiceError(f"{what}: {e}") from e
 
@@ -87,7 +90,8 @@ class LedgerClient:
         if metadata_store is None:
             with metadata_errors(f"connect to {zk}", ledger_op=False):
                 metadata_store = connect_metadata(zk, session_timeout_ms=self.config.zk_session_timeout_ms,
-                                                  connect_timeout_ms=self.config.zk_connect_timeout_ms)
+                                                  connect_timeout_ms=self.config.zk_connect_timeout_ms,
+                                                  zk_auth=self.config.zk_auth)
         self.store: MetadataStore = metadata_store
         with metadata_errors("watch bookies", ledger_op=False):
             self.registry = BookieRegistry(self.store)

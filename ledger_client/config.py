@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import tomllib
 from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
 
 from .errors import IncorrectParameterError
 
@@ -31,6 +34,7 @@ class ClientConfig:
     bookie_add_transport: str = "tcp"         # "tcp" (the bookie's add listener) or "grpc" (its AddStream call)
     bookie_read_transport: str = "tcp"        # range and listed reads: "tcp" (the same port) or "grpc" (ReadRange)
     placement_seed: int | None = None         # seed of the placement randomness (tests, simulation)
+    zk_auth: str | None = None                # "user:password": ZooKeeper digest credentials (secured clusters)
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -41,6 +45,24 @@ class ClientConfig:
                self.bookie_backlog_adds_max, self.bookie_window_bypass_adds, self.recovery_read_window_entries) < 1:
             raise IncorrectParameterError("outstanding_adds_max, recovery_read_window_entries and the bookie_* add "
                                           "limits must be >= 1")
+        if self.zk_auth is not None and (not isinstance(self.zk_auth, str) or ":" not in self.zk_auth
+                                         or self.zk_auth.startswith(":") or self.zk_auth.endswith(":")):
+            raise IncorrectParameterError("zk_auth must be 'user:password' with both parts non-empty")
         for key in ("bookie_add_transport", "bookie_read_transport"):
             if getattr(self, key) not in ("tcp", "grpc"):
                 raise IncorrectParameterError(f"{key} must be 'tcp' or 'grpc', not {getattr(self, key)!r}")
+
+    @classmethod
+    def from_toml(cls, path: str | Path, **overrides: Any) -> ClientConfig:
+        """The ``[client]`` table of a TOML file (as ``conf/client.toml``); an unknown key, a bad
+        value or an unreadable file is an IncorrectParameterError naming it."""
+        try:
+            with open(path, "rb") as f:
+                table = tomllib.load(f).get("client", {})
+        except (OSError, tomllib.TOMLDecodeError) as e:
+            raise IncorrectParameterError(f"cannot read client config {path}: {e}") from e
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(table) - known)
+        if unknown:
+            raise IncorrectParameterError(f"client config {path}: unknown key(s) {', '.join(unknown)}")
+        return cls(**{**table, **overrides})

@@ -15,6 +15,7 @@ from metadata.errors import (
     InvalidMetadataError,
     LedgerAlreadyClosedError,
     LedgerClosedConflict,
+    MetadataAccessDeniedError,
     MetadataError,
     MetadataUnavailableError,
     MetadataUpdateConflictError,
@@ -44,6 +45,7 @@ __all__ = [
     "LedgerClosedConflict",
     "LedgerMetadata",
     "LedgerState",
+    "MetadataAccessDeniedError",
     "MetadataError",
     "MetadataStore",
     "MetadataUnavailableError",
@@ -79,12 +81,15 @@ def connect(
     session_timeout_ms: int = 10000,
     connect_timeout_ms: int = 15000,
     op_timeout_ms: int | None = None,
+    zk_auth: str | None = None,
 ) -> MetadataStore:
     """Open a store for a connect string: ``host:port[,...][/root]`` or ``zk://...`` for ZooKeeper,
     ``memory://NAME[/root]`` for the process-wide in-memory ensemble NAME (tests, notebooks).
 
     Raises InvalidConnectStringError for a malformed string and MetadataUnavailableError when
-    ZooKeeper cannot be reached within ``connect_timeout_ms``.
+    ZooKeeper cannot be reached within ``connect_timeout_ms``. ``zk_auth`` (``user:password``)
+    authenticates the session and puts a digest ACL on every node it creates (the in-memory twin
+    has no ACLs and ignores it).
     """
     if connect_string.startswith(MEMORY_SCHEME):
         name, _, root = connect_string[len(MEMORY_SCHEME) :].partition("/")
@@ -97,4 +102,5 @@ def connect(
         session_timeout_ms=session_timeout_ms,
         connect_timeout_ms=connect_timeout_ms,
         op_timeout_ms=op_timeout_ms,
+        zk_auth=zk_auth,
     )

@@ -23,6 +23,11 @@ class MetadataUnavailableError(MetadataError):
     """
 
 
+class MetadataAccessDeniedError(MetadataError):
+    """ZooKeeper refused the request: the node's ACL does not grant this session's credentials
+    (``zk_auth``) the permission (ZooKeeper's NoAuth)."""
+
+
 class NodeExistsError(MetadataError):
     """The node to create already exists (including a live registration of another session)."""
 

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from metadata import (
     BadVersionError,
     InvalidMetadataError,
+    MetadataAccessDeniedError,
     MetadataError,
     MetadataUnavailableError,
     NodeExistsError,
@@ -59,6 +60,8 @@ def stream_errors(what: str, exists: type[errors.LedgerError] | None = None) -> 
         raise errors.MetadataVersionError(f"{what}: changed concurrently ({e})") from e
     except MetadataUnavailableError as e:
         raise errors.MetadataServiceError(f"{what}: ZooKeeper unavailable ({e})") from e
+    except MetadataAccessDeniedError as e:
+        raise errors.UnauthorizedAccessError(f"{what}: {e}") from e
     except MetadataError as e:
         raise errors.MetadataServiceError(f"{what}: {e}") from e
 

@@ -25,6 +25,8 @@ from kazoo.retry import KazooRetry
 
 from metadata.errors import (
     BadVersionError,
+    InvalidConnectStringError,
+    MetadataAccessDeniedError,
     MetadataError,
     MetadataUnavailableError,
     NodeExistsError,
@@ -35,6 +37,7 @@ from metadata.errors import (
 from metadata.layout import LAYOUT_TEXT, ZkLayout, is_bucket_name, is_ledger_node_name, parse_connect_string
 from metadata.store import MetadataStore, SessionEvent, SessionListener, SessionWorker, parse_bookie_info
 from metadata.watches import BookiesWatchCallback, BookiesWatchState, LedgerWatchCallback, LedgerWatchState
+from metadata.zk.acl import client_options, secured_acl, walk
 from metadata.zk.handler import PollingHandler
 from metadata.zk.streams import ZkStreams
 
@@ -67,8 +70,11 @@ class ZkMetadataStore(MetadataStore, ZkStreams):
         session_timeout_ms: int = 10000,
         connect_timeout_ms: int = 15000,
         op_timeout_ms: int | None = None,
+        zk_auth: str | None = None,
     ) -> None:
         info = parse_connect_string(connect_string)
+        acl_options = client_options(zk_auth)   # checked before anything starts
+        self._zk_auth = zk_auth
         self.connect_info = info
         self.paths = ZkLayout(info.root)
         self._op_timeout_s = (op_timeout_ms if op_timeout_ms is not None else session_timeout_ms) / 1000
@@ -87,6 +93,7 @@ class ZkMetadataStore(MetadataStore, ZkStreams):
             timeout=session_timeout_ms / 1000,
             connection_retry=KazooRetry(max_tries=-1, delay=0.1, backoff=2, max_delay=2.0),
             handler=PollingHandler(),
+            **acl_options,
         )
         self._client.add_listener(self._on_state)
         self._ur_init_zk(f"zk-metadata-underreplication[{info.hosts_string}]")
@@ -143,6 +150,12 @@ class ZkMetadataStore(MetadataStore, ZkStreams):
             return result.get(timeout=max(deadline - time.monotonic(), 0.001))
         except (*_TRANSIENT, kz.SessionExpiredError):
             raise
+        except (kz.NoAuthError, kz.AuthFailedError) as e:
+            # Never a node-level outcome for a caller to translate: no credentials, no metadata.
+            raise MetadataAccessDeniedError(
+                "ZooKeeper refused the request: the node's ACL does not admit this client's "
+                "credentials (set zk_auth = \"user:password\" as the cluster was secured with)"
+            ) from e
         except kz.ZookeeperError as e:
             return e
 
@@ -234,6 +247,31 @@ class ZkMetadataStore(MetadataStore, ZkStreams):
                 f"{p.layout} holds an incompatible layout {layout!r}; expected {LAYOUT_TEXT!r}"
             )
         return self._create_if_absent(p.instance_id, str(uuid.uuid4()).encode(), deadline).decode()
+
+    def secure_tree(self) -> int:
+        """Put this store's digest ACL on the root and every node under it (an open cluster
+        becomes a secured one); returns how many nodes were changed. Ephemeral registrations
+        are included: they are re-created with the ACL anyway when their owners use zk_auth."""
+        if self._zk_auth is None:
+            raise InvalidConnectStringError("securing the metadata needs zk_auth (the credentials to grant)")
+        acl = secured_acl(self._zk_auth)
+        deadline = time.monotonic() + max(self._op_timeout_s, 60.0)
+
+        def children(path: str) -> list[str]:
+            try:
+                return list(self._call(f"list {path}", lambda: self._client.get_children_async(path), deadline,
+                                       idempotent=True))
+            except kz.NoNodeError:
+                return []
+
+        paths = walk(children, self.paths.root)
+        for path in paths:
+            try:
+                self._call(f"set the ACL of {path}", partial(self._client.set_acls_async, path, acl), deadline,
+                           idempotent=True)
+            except kz.NoNodeError:
+                continue   # deleted meanwhile
+        return len(paths)
 
     def _create_if_absent(self, path: str, data: bytes, deadline: float) -> bytes:
         """Create a persistent node unless it exists; return what it holds (safe to race)."""
