@@ -7,11 +7,13 @@ parameter (never a 500 with a traceback), and these rules are unit-tested withou
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from typing import Any
 from urllib.parse import parse_qs
 
 INT64_MAX = (1 << 63) - 1
+_INTEGER = re.compile(r"-?[0-9]{1,20}")  # ASCII digits only (str.isdigit also takes other scripts')
 
 
 class ApiError(Exception):
@@ -52,7 +54,7 @@ def int_param(params: Mapping[str, str], name: str, *, default: int | None = Non
             raise bad_request(f"parameter {name!r} is required")
         return default
     text = raw.strip()
-    if not text.lstrip("-").isdigit():
+    if not _INTEGER.fullmatch(text):
         raise bad_request(f"parameter {name!r} must be an integer, not {raw!r}")
     value = int(text)
     if not minimum <= value <= maximum:

@@ -1,0 +1,106 @@
+"""/metrics of real bookie and autorecovery processes, parsed with prometheus_client's parser:
+the counters move as a client writes and reads, and as a killed bookie's ledgers are
+re-replicated."""
+
+from __future__ import annotations
+
+import pytest
+from autorecovery_helpers import AutoRecoveryProcess, wait_fully_repaired, write_autorecovery_conf, write_ledger
+from bookie_helpers import wait_until
+from client_helpers import bookie_of, client
+from http_helpers import call, sample, scrape
+
+from ledger_client import errors
+from spark_bookie.local.zookeeper import free_port
+
+pytestmark = pytest.mark.integration
+
+ENTRY_BYTES = 300
+
+
+def _bookie_url(b) -> str:
+    return f"http://127.0.0.1:{b.settings['http_port']}"
+
+
+def test_bookie_counters_move_with_writes_and_reads(cluster_factory):
+    sb = cluster_factory(1, http_port=free_port())
+    url = _bookie_url(sb.bookies[0])
+    before = scrape(url)
+    assert sample(before, "bookie_SERVER_STATUS") == 1.0
+    assert sample(before, "bookie_ledger_dir_free_bytes", dir="0") > 0
+    adds0 = sample(before, "bookkeeper_server_ADD_ENTRY_REQUEST_total", success="true")
+    with client(sb) as c:
+        w = c.create_ledger(1, 1, 1)
+        for f in [w.append_async(b"x" * ENTRY_BYTES) for _ in range(100)]:
+            f.result(30)
+        w.close()
+        after_writes = scrape(url)
+        assert sample(after_writes, "bookkeeper_server_ADD_ENTRY_REQUEST_total", success="true") - adds0 == 100
+        assert sample(after_writes, "bookkeeper_server_ADD_ENTRY_count", success="true") >= 1
+        # a frame header per entry comes on top of the payload
+        assert sample(after_writes, "bookie_WRITE_BYTES_total") >= 100 * ENTRY_BYTES
+        assert sample(after_writes, "bookie_journal_JOURNAL_SYNC_count") >= 1
+        assert sample(after_writes, "bookie_journal_JOURNAL_FORCE_WRITE_GROUPING_COUNT_sum") >= 100
+        assert sample(after_writes, "bookie_journal_JOURNAL_WRITE_BYTES_total") >= 100 * ENTRY_BYTES
+        reads0 = sample(after_writes, "bookkeeper_server_READ_ENTRY_REQUEST_total", success="true")
+        r = c.open_ledger(w.ledger_id, recovery=False)
+        assert len(r.read(0, 99)) == 100
+    after_reads = scrape(url)
+    assert sample(after_reads, "bookkeeper_server_READ_ENTRY_REQUEST_total", success="true") - reads0 >= 100
+    assert sample(after_reads, "bookie_READ_BYTES_total") >= 100 * ENTRY_BYTES
+    assert sample(after_reads, "bookkeeper_server_READ_ENTRY_count", success="true") >= 1
+    # a forced GC round is counted (PUT, as BookKeeper's TriggerGCService)
+    assert call(url + "/api/v1/bookie/gc", "PUT")[0] == 200
+    wait_until(lambda: sample(scrape(url), "bookie_gc_THREAD_RUNTIME_count") >= 1, 30, "a GC round")
+
+
+def test_failed_adds_are_counted_as_failures(cluster_factory):
+    sb = cluster_factory(1, http_port=free_port())
+    url = _bookie_url(sb.bookies[0])
+    with client(sb) as c:
+        w = c.create_ledger(1, 1, 1, password=b"a")
+        w.append(b"first")
+        # the ledger's fenced by a recovery open: the first writer's next add is refused
+        c.open_ledger(w.ledger_id, password=b"a", recovery=True)
+        with pytest.raises(errors.LedgerFencedError):
+            w.append(b"after the fence")
+    wait_until(lambda: sample(scrape(url), "bookkeeper_server_ADD_ENTRY_REQUEST_total", success="false") >= 1,
+               30, "a failed add to be counted")
+
+
+def test_metrics_disabled_bookie_serves_an_empty_registry(cluster_factory):
+    sb = cluster_factory(1, http_port=free_port(), metrics_enabled=False)
+    url = _bookie_url(sb.bookies[0])
+    with client(sb) as c:
+        w = c.create_ledger(1, 1, 1)
+        w.append(b"x")
+        w.close()
+    assert not any(name.startswith("bookkeeper_server_") for name, _ in scrape(url))
+    assert call(url + "/heartbeat")[0] == 200
+
+
+def test_autorecovery_metrics_move_as_a_killed_bookie_is_replaced(cluster_factory, tmp_path):
+    sb = cluster_factory(4)
+    sb.store.set_lost_bookie_recovery_delay_s(0)
+    conf = write_autorecovery_conf(tmp_path / "autorecovery.toml")
+    port = free_port()
+    ar = AutoRecoveryProcess(sb.connect_string, conf, "ar-1", tmp_path / "ar.log", "--http-port", str(port))
+    try:
+        ar.wait_ready()
+        url = f"http://127.0.0.1:{port}"
+        wait_until(lambda: sample(scrape(url), "auditor_IS_AUDITOR") == 1.0, 30, "the process to be elected")
+        assert sample(scrape(url), "auditor_ELECTION_ATTEMPTS_total") >= 1
+        with client(sb) as c:
+            lid, _ = write_ledger(c, 40, close=True)
+            victim = c.ledger_metadata(lid).ensembles[0][0]
+        assert sample(scrape(url), "replication_worker_NUM_ENTRIES_WRITTEN_total") == 0
+        bookie_of(sb, victim).kill()
+        wait_fully_repaired(sb.store, victim, timeout_s=120)
+        after = scrape(url)
+        assert sample(after, "replication_worker_NUM_FULL_OR_PARTIAL_LEDGERS_REPLICATED_total") >= 1
+        assert sample(after, "replication_worker_NUM_ENTRIES_WRITTEN_total") > 0
+        assert sample(after, "replication_worker_NUM_BYTES_WRITTEN_total") > 0
+        assert sample(after, "auditor_NUM_UNDER_REPLICATED_LEDGERS") == 0
+        assert call(url + "/api/v1/bookie/is_ready")[0] == 200
+    finally:
+        ar.stop()
