@@ -260,21 +260,35 @@ class LedgerDataSource(DataSource):
 
     def __init__(self, options: dict[str, str]) -> None:
         super().__init__(options)
-        self.opts = SourceOptions.parse(options)
+        from .stream_planning import StreamSourceOptions, reads_streams
+
+        # option streams: records of streams (jobs/stream_source.py), not entries of ledgers
+        self.stream_opts = StreamSourceOptions.parse(options) if reads_streams(options) else None
+        self.opts = SourceOptions.parse({k: v for k, v in options.items() if k.lower() != "startingoffsets"}
+                                        if self.stream_opts else options)
 
     @classmethod
     def name(cls) -> str:
         return "ledger"
 
     def schema(self) -> str:
-        return self.opts.schema_ddl()
+        return self.stream_opts.schema_ddl() if self.stream_opts else self.opts.schema_ddl()
 
     def reader(self, schema: StructType) -> DataSourceReader:
+        if self.stream_opts is not None:
+            from .stream_source import StreamBatchReader, StreamPushdownReader
+
+            refused = _pushdown_refused()
+            return (StreamBatchReader if refused else StreamPushdownReader)(self.stream_opts, schema)
         if _pushdown_refused():
             return LedgerReader(self.opts, schema)
         return LedgerPushdownReader(self.opts, schema)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        if self.stream_opts is not None:
+            from .stream_tail import StreamTailReader
+
+            return StreamTailReader(self.stream_opts, schema)
         from .ledger_stream import LedgerStreamReader
 
         return LedgerStreamReader(self.opts, schema)
