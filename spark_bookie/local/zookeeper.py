@@ -159,17 +159,21 @@ class EmbeddedZooKeeper:
         min_session_timeout_ms: int = 2000,
         max_session_timeout_ms: int = 20000,
         heap_mb: int = 256,
+        host: str = HOST,
     ) -> None:
         """ZooKeeper ends a session at the first tick after its timeout ran out, so the tick is
         how late a dead bookie's session can end: with 1 s ticks a 2 s session lived up to 3 s.
         Half a second keeps that slack small; the shortest session stays 2 s
-        (``min_session_timeout_ms``), as it was with 1 s ticks."""
+        (``min_session_timeout_ms``), as it was with 1 s ticks. ``host`` is the one address it binds:
+        loopback by default; a multi-host harness gives the address its network namespaces reach
+        (spark_bookie.local.hosts)."""
         if not 0 < port < 65536:
             raise ValueError(f"bad ZooKeeper port {port}")
         if min_session_timeout_ms < 2 * tick_time_ms:
             raise ValueError(f"min_session_timeout_ms {min_session_timeout_ms} is below two ticks "
                              f"({2 * tick_time_ms} ms), ZooKeeper's own floor")
         self.port = port
+        self.host = host
         self.data_dir = Path(data_dir).absolute()
         self.tick_time_ms = tick_time_ms
         self.min_session_timeout_ms = min_session_timeout_ms
@@ -182,7 +186,7 @@ class EmbeddedZooKeeper:
 
     @property
     def connect_string(self) -> str:
-        return f"{HOST}:{self.port}"
+        return f"{self.host}:{self.port}"
 
     @property
     def log_path(self) -> Path:
@@ -205,7 +209,7 @@ class EmbeddedZooKeeper:
             "tickTime": self.tick_time_ms,
             "dataDir": self.data_dir,
             "clientPort": self.port,
-            "clientPortAddress": HOST,
+            "clientPortAddress": self.host,
             "admin.enableServer": "false",
             "4lw.commands.whitelist": "*",
             "minSessionTimeout": self.min_session_timeout_ms,
@@ -280,8 +284,8 @@ class EmbeddedZooKeeper:
             java = find_java()
             jars = find_pyspark_jars()
             self.data_dir.mkdir(parents=True, exist_ok=True)
-            if port_in_use(self.port):
-                raise PortInUseError(f"cannot start ZooKeeper: port {self.port} on {HOST} is already in use")
+            if port_in_use(self.port, self.host):
+                raise PortInUseError(f"cannot start ZooKeeper: port {self.port} on {self.host} is already in use")
             command = self.java_command(java, jars, self._write_config(), self._write_log_config())
             self._log_offsets = {
                 p: p.stat().st_size for p in (self.log_path, self.data_dir / OUT_NAME) if p.exists()
@@ -312,8 +316,8 @@ class EmbeddedZooKeeper:
             if proc is None or proc.poll() is not None:
                 self._raise_exited(None if proc is None else proc.returncode)
             try:
-                if four_letter_word(self.port, "ruok", 1.0) == "imok" and "Mode:" in four_letter_word(
-                    self.port, "srvr", 1.0
+                if four_letter_word(self.port, "ruok", 1.0, self.host) == "imok" and "Mode:" in four_letter_word(
+                    self.port, "srvr", 1.0, self.host
                 ):
                     return
             except OSError:
@@ -328,7 +332,7 @@ class EmbeddedZooKeeper:
         tail = self.log_tail()
         if "Address already in use" in tail:
             raise PortInUseError(
-                f"cannot start ZooKeeper: port {self.port} on {HOST} is already in use\n{tail}"
+                f"cannot start ZooKeeper: port {self.port} on {self.host} is already in use\n{tail}"
             )
         raise ZooKeeperExitedError(f"ZooKeeper exited with code {code} while starting\n{tail}")
 
