@@ -47,6 +47,9 @@ def run_autorecovery(args: argparse.Namespace) -> int:
     except (RecoveryError, ValueError) as e:
         print(f"{PROG}: error: {e}", file=sys.stderr)
         return 2
+    from spark_bookie.cli.logs import set_log_identity
+
+    set_log_identity(ar.candidate_id)
     if not 0 <= args.http_port < 65536:
         print(f"{PROG}: error: --http-port {args.http_port} is not in 0..65535", file=sys.stderr)
         return 2

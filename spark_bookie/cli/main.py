@@ -48,6 +48,9 @@ def cmd_bookie(args: argparse.Namespace) -> int:
                           journal_dirs=[args.journal_dir] if args.journal_dir else None,
                           ledger_dirs=[args.ledger_dir] if args.ledger_dir else None,
                           http_port=args.http_port)
+        from spark_bookie.cli.logs import set_log_identity
+
+        set_log_identity(cfg.bookie_id)
         bookie = Bookie(cfg)
         bookie.start()
     except BookieError as e:
@@ -95,7 +98,9 @@ def cmd_sandbox(args: argparse.Namespace) -> int:
     root = args.root or os.path.join(os.getcwd(), ".sandbox")
     if args.spark:
         if args.demo:
-            return fail("--demo runs with plain bookie processes only (not with --spark)")
+            from spark_bookie.local.spark_demo import run_spark_demo
+
+            return run_spark_demo(root, args.bookies, args.zk_port)
         from spark_bookie.cli.cluster import run_spark_sandbox
 
         return run_spark_sandbox(root, args.bookies, args.zk_port, wait_for_signal)
@@ -153,6 +158,8 @@ def cmd_deploy(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="spark-bookie", description=__doc__)
     ap.add_argument("-v", "--verbose", action="store_true")
+    ap.add_argument("--log-format", choices=("text", "json"), default="text",
+                    help="json: one JSON object per log line, with the bookie id in each (spark_bookie/cli/logs.py)")
     sub = ap.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("zookeeper", help="run the embedded ZooKeeper (loopback) in the foreground")
@@ -181,7 +188,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--bookies", type=int, default=3)
     p.add_argument("--root", default=None, help="data directory (default ./.sandbox)")
     p.add_argument("--zk-port", type=int, default=None)
-    p.add_argument("--demo", action="store_true", help="run the round-trip demo, then stop")
+    p.add_argument("--demo", action="store_true",
+                   help="run the demo, then stop (with --spark: the Spark-first demo, bookies in executors)")
     p.add_argument("--spark", action="store_true",
                    help="host the bookies in Spark executors (jobs/bookie_cluster.py on local-cluster[N,1,1024])")
     p.set_defaults(func=cmd_sandbox)
@@ -227,6 +235,10 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     setup_logging(args.verbose)
+    if args.log_format == "json":
+        from spark_bookie.cli.logs import install_json_logging
+
+        install_json_logging()
     if args.command == "bookie" and args.zk is None:
         args.zk = zk_default()
     func: Callable[[argparse.Namespace], int] = args.func
