@@ -43,6 +43,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 ZK_ENV = "SPARK_BOOKIE_ZK"
+CLIENT_CONF_ENV = "SPARK_BOOKIE_CLIENT_CONF"
 QUERY_ID_PROPERTY = "sql.streaming.queryId"
 BATCH_ID_PROPERTY = "streaming.sql.batchId"
 
@@ -60,6 +61,7 @@ class SinkOptions:
     orphan_grace_ms: int = 3_600_000         # unlinked task ledgers older than this are deleted by commits
     orphan_sweep_every_batches: int = 100    # streaming: sweep orphans every this many micro-batches
     write_id: str | None = None              # batch writes: a stable id makes a rerun of the same job a no-op
+    client_conf: str | None = None           # a client TOML (TLS, token, zk_auth), readable on every executor
 
     @staticmethod
     def parse(options: Mapping[str, str], schema: StructType, env: Mapping[str, str] | None = None) -> SinkOptions:
@@ -87,7 +89,8 @@ class SinkOptions:
                            lock_timeout_ms=_int(o, "lock_timeout_ms", 30_000, 0),
                            orphan_grace_ms=_int(o, "orphan_grace_ms", 3_600_000, 0),
                            orphan_sweep_every_batches=_int(o, "orphan_sweep_every_batches", 100, 1),
-                           write_id=write_id)
+                           write_id=write_id, client_conf=(o.get("client_conf") or env.get(CLIENT_CONF_ENV)
+                                                           or None))
 
 
 def _int(o: Mapping[str, str], name: str, default: int, minimum: int) -> int:
@@ -115,7 +118,9 @@ class SinkMessage(WriterCommitMessage):
 def connect(opts: SinkOptions) -> LedgerClient:
     from ledger_client import ClientConfig, LedgerClient
 
-    return LedgerClient(opts.zk, config=ClientConfig(zk_session_timeout_ms=10_000, operation_timeout_ms=60_000))
+    timeouts: dict[str, Any] = {"zk_session_timeout_ms": 10_000, "operation_timeout_ms": 60_000}
+    config = ClientConfig.from_toml(opts.client_conf, **timeouts) if opts.client_conf else ClientConfig(**timeouts)
+    return LedgerClient(opts.zk, config=config)
 
 
 # ---------------------------------------------------------------- executors

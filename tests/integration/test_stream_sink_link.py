@@ -7,10 +7,11 @@ from __future__ import annotations
 import subprocess
 import sys
 import threading
+import time
 
 import pytest
 from client_helpers import client
-from stream_helpers import read_all
+from stream_helpers import WriterProcess, payload, read_all
 
 from jobs.stream_sink import SinkMessage, SinkOptions, abort_batch, commit_batch
 from ledger_client import errors
@@ -123,3 +124,29 @@ def test_a_live_python_writer_makes_the_commit_wait_then_fail(cluster_factory):
         released.join()
         recs = read_all(ns, "s", 2)
         assert [(r.payload, r.txid) for r in recs] == [(b"python", 0), (b"spark", 1)]
+
+
+def test_a_dead_writers_segment_is_sealed_first_and_a_stale_attempt_is_collected(cluster_factory):
+    sb = cluster_factory(1)
+    with client(sb) as c:
+        ns = c.create_namespace("ns", ensemble_size=1, write_quorum_size=1, ack_quorum_size=1)
+        p = WriterProcess(sb.connect_string, "ns", "s", 100_000)
+        deadline = time.monotonic() + 60
+        while len(p.acked) < 200 and time.monotonic() < deadline and p.proc.poll() is None:
+            time.sleep(0.01)
+        p.kill()                                     # SIGKILL: its segment stays in progress, its lock a while
+        acked = dict(p.acked)
+        assert len(acked) >= 200, p.lines[-5:]
+        b = SparkBatch.write("0000000000005-e")
+        stale = task_write(ns, b, 0, [b"stale attempt"])   # an attempt Spark gave up on: not in the messages
+        msgs = [task_write(ns, b, 0, [b"spark-%d" % i for i in range(30)])]
+        assert commit_batch(opts(sb, lock_timeout_ms=30_000), b, msgs, sweep=True)
+        recs = read_all(ns, "s", len(acked) + 30)
+        by_txid = {r.txid: r for r in recs}
+        for i, dlsn in acked.items():                # every acknowledged record, then the batch after them
+            assert by_txid[i].payload == payload(i) and str(by_txid[i].dlsn) == dlsn
+        assert [r.payload for r in recs[-30:]] == [b"spark-%d" % i for i in range(30)]
+        txids = [r.txid for r in recs]
+        assert txids == sorted(txids) and txids[-30:] == list(range(txids[-31] + 1, txids[-31] + 31))
+        assert all(s.state == "sealed" for s in ns.stream_info("s").segments)
+        assert stale.task.ledger_id not in tagged_ledgers(c) == {msgs[0].task.ledger_id}
