@@ -3,6 +3,8 @@
     spark-submit jobs/compact_to_delta.py --zk Z --table PATH [--ledgers 1,2] [--partition-by ledger_id|date]
                                           [--delete-after-commit] [--password PW] [--engine spark|local]
 
+    spark-submit jobs/compact_to_delta.py --zk Z --stream ns/s[,ns/*] --table PATH [--tier] [--engine spark|local]
+
 Every closed ledger (or the listed ones) not yet in the table is copied into it, all in one Delta
 commit; open ledgers are skipped; running it again adds nothing that is already there (see
 ``jobs/delta_compaction.py`` for how a crash between writing and committing stays harmless).
@@ -12,6 +14,10 @@ session (small runs). ``--delete-after-commit`` deletes a ledger only once a fre
 committed table records it. Prints one JSON line summarizing the run; exit 0 on success, 2 on bad
 input, 1 when the run failed (nothing of it was committed).
 
+With ``--stream`` it copies streams' sealed segments instead (``jobs/stream_tiering.py``): into one
+Delta table with the stream columns, once per segment; ``--tier`` then marks them tiered in the
+streams' metadata (readers read them from the table from then on) and deletes their ledgers.
+
 Importable: ``main(argv, spark=None)`` runs the same thing (tests, notebooks); pass a session to
 reuse it.
 """
@@ -19,11 +25,12 @@ reuse it.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import logging
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from jobs.delta_compaction import (
@@ -34,7 +41,8 @@ from jobs.delta_compaction import (
     parse_ledger_ids,
 )
 from jobs.errors import BadArgumentError, CompactionError
-from ledger_client.errors import LedgerError
+from jobs.stream_tiering import TieringConfig, TieringResult, tier_streams
+from ledger_client.errors import IncorrectParameterError, LedgerError
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -52,6 +60,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="spark: executors write the files; local: this process does (no Spark)")
     p.add_argument("--entries-per-read", type=int, default=10_000, help="entries per read_arrow batch")
     p.add_argument("--tasks-max", type=int, default=64, help="Spark tasks that read ledgers (at most)")
+    p.add_argument("--stream", default=None,
+                   help="streams to copy instead of ledgers: ns/name items, comma-separated, globs allowed (ns/*)")
+    p.add_argument("--tier", action="store_true",
+                   help="with --stream: mark the copied segments tiered and delete their ledgers")
     return p
 
 
@@ -63,27 +75,44 @@ def config_from_args(args: argparse.Namespace) -> CompactionConfig:
         password=args.password.encode(), entries_per_read=args.entries_per_read, tasks_max=args.tasks_max)
 
 
-def run(argv: Sequence[str] | None = None, spark: Any = None) -> CompactionResult:
+def run(argv: Sequence[str] | None = None, spark: Any = None) -> CompactionResult | TieringResult:
     """Parse ``argv`` and compact; raises CompactionError (BadArgumentError for bad input).
 
     With ``--engine spark`` and no ``spark`` given, uses the active session (spark-submit's) or
     builds one, and stops a session it built itself.
     """
     args = build_parser().parse_args(argv)
-    cfg = config_from_args(args)
+    if args.tier and args.stream is None:
+        raise BadArgumentError("--tier needs --stream (ledgers are compacted, streams are tiered)")
+    work: Callable[[Any], CompactionResult | TieringResult]
+    if args.stream is not None:
+        tcfg = tiering_config_from_args(args)
+        work = functools.partial(tier_streams, tcfg)
+    else:
+        work = functools.partial(compact, config_from_args(args))
     if args.engine == "local":
-        return compact(cfg, None)
+        return work(None)
     if spark is not None:
-        return compact(cfg, spark)
+        return work(spark)
     from pyspark.sql import SparkSession
 
     active = SparkSession.getActiveSession()
     session = active or SparkSession.builder.appName("compact_to_delta").getOrCreate()
     try:
-        return compact(cfg, session)
+        return work(session)
     finally:
         if active is None:
             session.stop()
+
+
+def tiering_config_from_args(args: argparse.Namespace) -> TieringConfig:
+    if args.ledgers is not None:
+        raise BadArgumentError("--ledgers and --stream do not go together")
+    try:
+        return TieringConfig(zk=args.zk, table_path=args.table, streams=args.stream, tier=args.tier,
+                             tasks_max=args.tasks_max)
+    except IncorrectParameterError as e:
+        raise BadArgumentError(str(e)) from e
 
 
 def main(argv: Sequence[str] | None = None, spark: Any = None) -> int:

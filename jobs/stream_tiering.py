@@ -148,8 +148,9 @@ def write_segment_files(client: LedgerClient, table_path: str, t: SegmentTask, e
     from jobs.stream_source import segment_rows
 
     h = client.open_ledger(t.ledger_id, t.password, recovery=False)
-    invariant(h.is_closed and h.last_add_confirmed == t.last_entry_id,
-              f"{t.stream} segment {t.sequence}: ledger {t.ledger_id} is not closed at entry {t.last_entry_id}")
+    # a sealed segment ends at its last entry with records; control entries (no records) may follow
+    invariant(h.is_closed and h.last_add_confirmed >= t.last_entry_id,
+              f"{t.stream} segment {t.sequence}: ledger {t.ledger_id} is not closed past entry {t.last_entry_id}")
     files: list[TierFile] = []
     pending: list[pa.Table] = []
     size = 0

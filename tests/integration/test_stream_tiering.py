@@ -139,3 +139,29 @@ def test_tiering_process_killed_after_a_step_then_rerun(cluster_factory, tmp_pat
         tier_streams(TieringConfig(sb.connect_string, table, "ns/s"))
         check_exactly_once(c, ns, "s", 250, table)
         w.close()
+
+
+def test_compact_to_delta_command_tiers_a_namespace_and_refuses_bad_input(cluster_factory, tmp_path, capsys):
+    import json
+
+    from jobs.compact_to_delta import main
+
+    sb = cluster_factory(3)
+    table = str(tmp_path / "t")
+    with client(sb) as c:
+        ns = c.create_namespace("ns", segment_rolling_bytes=2_000, output_buffer_bytes=300)
+        w, _ = fill(ns, "a", 120)
+        _w, _ = fill(ns, "b", 80, keep_open=False)
+        argv = ["--zk", sb.connect_string, "--table", table, "--engine", "local"]
+        assert main([*argv, "--stream", "ns/*", "--tier"]) == 0
+        summary = json.loads(capsys.readouterr().out)
+        assert set(summary["marked_tiered"]) == {"ns/a", "ns/b"} and summary["rows"] >= 120
+        assert [s.state for s in ns.stream_info("b").segments] == ["tiered"] * len(ns.stream_info("b").segments)
+        check_exactly_once(c, ns, "a", 120, table)
+        assert [(r.txid, r.payload) for r in read_all(ns, "b", 80)] == expected("b", 80)
+        assert main([*argv, "--stream", "ns/*", "--tier"]) == 0
+        assert json.loads(capsys.readouterr().out)["segments_written"] == 0
+        for bad in (["--stream", "ns/zzz"], ["--stream", "no-slash"], ["--tier"],
+                    ["--stream", "ns/a", "--ledgers", "1"]):
+            assert main([*argv, *bad]) == 2
+        w.close()

@@ -13,6 +13,7 @@ from chispa import assert_df_equality
 from pyspark.sql import functions as F
 from pyspark.sql.types import BinaryType, IntegerType, LongType, StringType, StructField, StructType
 
+from jobs.compact_to_delta import main
 from jobs.stream_tiering import TieringConfig, tier_streams
 from ledger_client import ClientConfig, LedgerClient
 
@@ -122,6 +123,11 @@ def test_batch_read_of_tiered_sealed_and_in_progress_segments(spark, cluster_fac
             assert_df_equality(ordered(narrow), ordered(want))
         with pytest.raises(Exception, match="does not exist"):
             read(spark, zk, "pay/nope").collect()
+
+        # spark-submit jobs/compact_to_delta.py --stream ... --tier, executors writing the files
+        assert main(["--zk", zk, "--table", table, "--stream", "pay/refunds", "--tier"], spark=spark) == 0
+        assert {s.state for s in pay.stream_info("refunds").segments} == {"tiered"}
+        assert_df_equality(ordered(read(spark, zk, "pay/*")), log.df(spark, {"pay/orders", "pay/refunds"}))
         orders.close()
 
 
