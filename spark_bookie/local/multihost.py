@@ -1,0 +1,154 @@
+"""A cluster spread over the hosts of spark_bookie.local.hosts: ZooKeeper in the root namespace on
+the bridge's address, one bookie per host binding and advertising that host's address.
+
+Used by the partition tests and by ``spark-bookie sandbox --hosts N``. In namespace mode every
+bookie listens on the same port (3181, BookKeeper's) on its own address, as on real machines, so
+a bookie id's host part is all that tells two bookies' hosts apart, which is what host-aware
+placement relies on.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from metadata import MetadataStore
+from metadata import connect as connect_metadata
+from spark_bookie.local.hosts import NETNS, Host, Hosts
+from spark_bookie.local.sandbox import BookieProcess
+from spark_bookie.local.zookeeper import EmbeddedZooKeeper, free_port
+
+log = logging.getLogger(__name__)
+
+BOOKIE_PORT = 3181
+
+
+@dataclass
+class HostBookie(BookieProcess):
+    """A ``spark-bookie bookie`` process inside a host, bound to and advertising its address."""
+
+    host: Host | None = None
+
+    @property
+    def bookie_id(self) -> str:
+        assert self.host is not None
+        return f"{self.host.address}:{self.port}"
+
+    def command(self) -> list[str]:
+        assert self.host is not None
+        return self.host.wrap([*super().command(), "--host", self.host.address])
+
+    def start(self) -> None:
+        """Start (or start again, on the same disks) and let the host know, so killing it whole
+        on a loopback host reaches this process too."""
+        super().start()
+        if self.host is not None and self.proc is not None:
+            self.host.procs = [p for p in self.host.procs if p.poll() is None] + [self.proc]
+
+
+class MultiHostCluster:
+    """Hosts + ZooKeeper on the gateway + a bookie on each of ``bookie_hosts`` (default: all)."""
+
+    def __init__(self, root: str | Path, hosts: int = 3, *, bookie_hosts: int | None = None, mode: str = "auto",
+                 bookie_settings: dict[str, Any] | None = None, zk_session_timeout_ms_max: int = 20_000) -> None:
+        self.root = Path(root).absolute()
+        self.hosts = Hosts(self.root / "hosts", hosts, mode=mode)
+        self.bookie_hosts = hosts if bookie_hosts is None else bookie_hosts
+        self.settings = {"zk_session_timeout_ms": 4000, "gc_interval_ms": 3_600_000, **(bookie_settings or {})}
+        self.zk: EmbeddedZooKeeper | None = None
+        self._zk_session_max = zk_session_timeout_ms_max
+        self.bookies: list[HostBookie] = []
+        self.store: MetadataStore | None = None
+
+    @property
+    def connect_string(self) -> str:
+        assert self.zk is not None, "not started"
+        return self.zk.connect_string
+
+    @property
+    def zk_port(self) -> int:
+        assert self.zk is not None, "not started"
+        return self.zk.port
+
+    def start(self) -> MultiHostCluster:
+        try:
+            self.hosts.start()
+            self.zk = EmbeddedZooKeeper(free_port(), self.root / "zookeeper", host=self.hosts.gateway,
+                                        max_session_timeout_ms=self._zk_session_max)
+            self.zk.start()
+            self.store = connect_metadata(self.connect_string)
+            self.store.init_cluster()
+            for host in list(self.hosts)[: self.bookie_hosts]:
+                self.add_bookie(host, wait=False)
+            for b in self.bookies:
+                b.wait_registered(self.store)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def add_bookie(self, host: Host, wait: bool = True, **settings: Any) -> HostBookie:
+        port = BOOKIE_PORT if self.hosts.mode == NETNS else free_port()
+        b = HostBookie(self.connect_string, port, host.root / f"bookie-{port}", {**self.settings, **settings},
+                       host=host)
+        self.bookies.append(b)
+        host.services.append(b)
+        b.start()
+        if wait:
+            b.wait_registered(self._store())
+        return b
+
+    def _store(self) -> MetadataStore:
+        if self.store is None:
+            raise RuntimeError("the multi-host cluster is not started")
+        return self.store
+
+    def bookies_on(self, host: Host) -> list[HostBookie]:
+        return [b for b in self.bookies if b.host is host]
+
+    def host_of(self, bookie_id: str) -> Host:
+        """The host a bookie id names (its address part)."""
+        host = self.hosts.host_of(bookie_id.rsplit(":", 1)[0])
+        if host is None:
+            raise KeyError(f"no host has the address of {bookie_id}")
+        return host
+
+    def kill_host(self, host: Host) -> None:
+        """SIGKILL every process of ``host`` (bookies, clients, anything else in its namespace)."""
+        self.hosts.kill(host)
+
+    def restart_host(self, host: Host, wait: bool = True) -> None:
+        """Start the host's bookies again on their disks; wait until they registered again."""
+        self.hosts.restart(host)
+        if wait:
+            for b in self.bookies_on(host):
+                b.wait_registered(self._store())
+
+    def python_command(self, *args: str) -> list[str]:
+        """This interpreter with ``args`` (to run a client inside a host with ``host.popen``)."""
+        return [sys.executable, *args]
+
+    def stop(self) -> None:
+        """Stop bookies gracefully, then ZooKeeper; always remove the hosts (namespaces, bridge)."""
+        try:
+            for b in self.bookies:
+                try:
+                    b.stop()
+                except Exception:
+                    log.exception("stopping %s", b.bookie_id)
+            if self.store is not None:
+                self.store.close()
+                self.store = None
+            if self.zk is not None:
+                self.zk.stop()
+        finally:
+            self.hosts.close()
+
+    def __enter__(self) -> MultiHostCluster:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
