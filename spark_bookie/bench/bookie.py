@@ -24,6 +24,7 @@ from spark_bookie.bench.common import pct, raw_fsync_per_write, raw_group_commit
 
 GOAL_ADDS_PER_S = 30_000
 GOAL_JOURNAL_RATIO = 0.5
+GOAL_METRICS_COST_PERCENT = 5.0
 
 
 # ---------------------------------------------------------------------- bookie adds
@@ -106,12 +107,61 @@ def durable_adds(bookie_address: str, entries: int, entry_bytes: int, window: in
             "mean_ms": statistics.fmean(lat) * 1000}
 
 
-def _one_bookie(root: Path) -> tuple[Any, Any]:
+def _one_bookie(root: Path, **settings: Any) -> tuple[Any, Any]:
     from spark_bookie.local.sandbox import Sandbox
 
-    sb = Sandbox(root, bookies=1, bookie_settings={"gc_interval_ms": 3_600_000})
+    sb = Sandbox(root, bookies=1, bookie_settings={"gc_interval_ms": 3_600_000, **settings})
     sb.start()
     return sb, sb.bookies[0]
+
+
+def metrics_cost(root: Path, entries: int, entry_bytes: int, window: int, rounds: int = 5) -> dict[str, Any]:
+    """Saturated durable adds into a bookie with metrics on and one with them off, alternating
+    (and alternating which goes first) so that load from elsewhere hits both alike. Two figures:
+    the bookie process's CPU per add (what saturated throughput is the inverse of on a CPU-bound
+    bookie, and far steadier than throughput on a shared machine: runs of one configuration moved
+    by 40% in throughput here at a load average of 10), and the best throughput of each side. The
+    cost (goal < 5%) is the median CPU per add's; also the hooks' CPU per add batch, timed here."""
+    from spark_bookie.bench.common import cpu_seconds
+
+    on_sb, on = _one_bookie(root / "metrics-on", metrics_enabled=True)
+    try:
+        off_sb, off = _one_bookie(root / "metrics-off", metrics_enabled=False)
+        try:
+            rates: dict[str, list[float]] = {"on": [], "off": []}
+            cpu_us: dict[str, list[float]] = {"on": [], "off": []}
+            for b in (on, off):  # warm-up
+                durable_adds(b.bookie_id, min(entries, 5000), entry_bytes, window, ledger_id=100)
+            for i in range(rounds):
+                pair = (("on", on), ("off", off)) if i % 2 == 0 else (("off", off), ("on", on))
+                for name, b in pair:
+                    pid = b.proc.pid
+                    cpu0 = cpu_seconds(pid)
+                    r = durable_adds(b.bookie_id, entries, entry_bytes, window, ledger_id=200 + i)
+                    cpu_us[name].append((cpu_seconds(pid) - cpu0) / entries * 1e6)
+                    rates[name].append(r["adds_per_s"])
+        finally:
+            off_sb.stop()
+    finally:
+        on_sb.stop()
+    cpu_on, cpu_off = statistics.median(cpu_us["on"]), statistics.median(cpu_us["off"])
+    return {"metrics_on_adds_per_s": max(rates["on"]), "metrics_off_adds_per_s": max(rates["off"]),
+            "runs": rates, "bookie_cpu_us_per_add": cpu_us,
+            "median_on_cpu_us_per_add": cpu_on, "median_off_cpu_us_per_add": cpu_off,
+            "cost_percent": (cpu_on - cpu_off) / cpu_off * 100 if cpu_off else 0.0,
+            "throughput_cost_percent": (max(rates["off"]) - max(rates["on"])) / max(rates["off"]) * 100,
+            "hook_us_per_batch": _hook_us_per_batch()}
+
+
+def _hook_us_per_batch(batches: int = 50_000) -> float:
+    from spark_bookie.server.metrics import BookieMetrics
+
+    m = BookieMetrics()
+    t0 = time.perf_counter()
+    for _ in range(batches):
+        m.adds_done(t0, 64, 0, 65_536)
+        m.journal_synced(0.0002, 64, 66_000)
+    return (time.perf_counter() - t0) / batches * 1e6
 
 
 # ---------------------------------------------------------------------- bench bookie
@@ -147,7 +197,11 @@ def bench_bookie(args: argparse.Namespace) -> int:
                 rate_per_s=rate, ledger_id=9 + rate)
     finally:
         sb.stop()
-        for leftover in ("cluster", "journal-only", "storage-none", "storage-lz4"):
+    try:
+        res["metrics_cost"] = metrics_cost(base, min(entries, 50_000), args.entry_bytes, args.window,
+                                           rounds=1 if args.quick else 5)
+    finally:
+        for leftover in ("cluster", "journal-only", "storage-none", "storage-lz4", "metrics-on", "metrics-off"):
             shutil.rmtree(base / leftover, ignore_errors=True)
         if not args.dir:
             shutil.rmtree(base, ignore_errors=True)
@@ -189,6 +243,15 @@ def _report(res: dict[str, Any]) -> None:
         a = res[f"bookie_adds_at_{offered}"]
         rows.append((f"bookie: offered {offered:,} adds/s", f"{a['adds_per_s']:,.0f} adds/s",
                      f"p50 {a['p50_ms']:.2f} ms, p99 {a['p99_ms']:.2f} ms, p999 {a['p999_ms']:.2f} ms"))
+    m = res["metrics_cost"]
+    res["goals"][f"metrics_cost<{GOAL_METRICS_COST_PERCENT}%"] = m["cost_percent"] < GOAL_METRICS_COST_PERCENT
+    rows.append(("bookie: saturated adds, metrics on", f"{m['metrics_on_adds_per_s']:,.0f} adds/s",
+                 f"best of {len(m['runs']['on'])} runs alternating with the next row; bookie CPU "
+                 f"{m['median_on_cpu_us_per_add']:.1f} us/add (median); hooks {m['hook_us_per_batch']:.1f} us/batch"))
+    rows.append(("bookie: saturated adds, metrics off", f"{m['metrics_off_adds_per_s']:,.0f} adds/s",
+                 f"bookie CPU {m['median_off_cpu_us_per_add']:.1f} us/add: metrics cost {m['cost_percent']:+.1f}% "
+                 f"of CPU per add (goal < {GOAL_METRICS_COST_PERCENT}%); best throughput differs by "
+                 f"{m['throughput_cost_percent']:+.1f}%"))
     w = max(len(r[0]) for r in rows)
     print()
     for name, rate, note in rows:
