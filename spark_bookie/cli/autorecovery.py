@@ -157,8 +157,9 @@ def _json(obj: Any) -> str:
 
 
 class _ProgressDisplay:
-    """One status line, rewritten in place on a terminal; a line per change (at most one every
-    10 s) otherwise, so logs of scripted runs stay short. Always on stderr: stdout is the result."""
+    """A tqdm progress bar on a terminal (ledgers moved of those that named the bookie); a line
+    per change (at most one every 10 s) otherwise, so logs of scripted runs stay short. Always on
+    stderr: stdout is the result."""
 
     def __init__(self, verb: str, quiet: bool) -> None:
         self.verb = verb
@@ -166,20 +167,34 @@ class _ProgressDisplay:
         self.quiet = quiet
         self.last: tuple[int, int] | None = None
         self.last_print = 0.0
+        self.bar: Any = None
 
     def __call__(self, p: DrainProgress) -> None:
         if self.quiet:
             return
+        if self.tty:
+            self._bar(p)
+            return
         line = (f"{self.verb} {p.bookie}: {p.total - p.remaining}/{p.total} ledgers moved, "
                 f"{p.remaining} still on it ({p.queued} queued), {p.elapsed_s:.0f}s")
         now = time.monotonic()
-        if self.tty:
-            print("\r" + line.ljust(100), end="", file=sys.stderr, flush=True)
-        elif (p.remaining, p.queued) != self.last and (now - self.last_print >= 10 or p.done or self.last is None):
+        if (p.remaining, p.queued) != self.last and (now - self.last_print >= 10 or p.done or self.last is None):
             print(line, file=sys.stderr, flush=True)
             self.last_print = now
         self.last = (p.remaining, p.queued)
 
+    def _bar(self, p: DrainProgress) -> None:
+        from tqdm import tqdm
+
+        if self.bar is None:
+            self.bar = tqdm(total=p.total, desc=f"{self.verb} {p.bookie}", unit="ledger", file=sys.stderr,
+                            dynamic_ncols=True)
+        if p.total != self.bar.total:  # ledgers placed on the bookie while it drains
+            self.bar.total = p.total
+        self.bar.n = p.total - p.remaining
+        self.bar.set_postfix(queued=p.queued, refresh=False)
+        self.bar.refresh()
+
     def finish(self) -> None:
-        if self.tty and not self.quiet:
-            print(file=sys.stderr, flush=True)
+        if self.bar is not None:
+            self.bar.close()
