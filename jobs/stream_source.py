@@ -193,28 +193,60 @@ def span_mask(rows: pa.Table, span: StreamSpan) -> pa.Array | None:
 
 def read_span(client: LedgerClient, span: StreamSpan, entries_per_read: int = ENTRIES_PER_READ) -> Iterator[pa.Table]:
     """The span's rows in DLSN order: from Delta if tiered, else range reads of its ledger."""
-    from ledger_client import errors
     from ledger_client.stream.tiered import read_tiered_arrow
 
     if span.tier is not None:
         chunks: Iterator[pa.Table] = iter([read_tiered_arrow(span.tier[0], span.tier[1], span.stream,
                                                              span.sequence, span.first, span.last)])
     else:
-        if span.ledger_id is None:
-            raise errors.MetadataServiceError(f"segment {span.sequence} of {span.stream} has no ledger")
-        h = client.open_ledger(span.ledger_id, span.password, recovery=False)
-        if span.last > h.last_add_confirmed:
-            h.read_last_add_confirmed()   # planned from a LAC this handle has not seen yet
-        if span.last > h.last_add_confirmed:
-            raise errors.ReadError(f"{span.stream} segment {span.sequence}: planned up to entry {span.last}, "
-                                   f"the bookies confirm only {h.last_add_confirmed}")
-        chunks = (segment_rows(span.stream, span.sequence,
-                               [(e.entry_id, e.data) for e in h.read(a, min(span.last, a + entries_per_read - 1))],
-                               span.first_txid)
-                  for a in range(span.first, span.last + 1, entries_per_read))
+        chunks = _ledger_chunks(client, span, entries_per_read)
     for rows in chunks:
         mask = span_mask(rows, span)
         yield rows if mask is None else rows.filter(mask)
+
+
+def _ledger_chunks(client: LedgerClient, span: StreamSpan, entries_per_read: int) -> Iterator[pa.Table]:
+    from ledger_client import errors
+
+    if span.ledger_id is None:
+        raise errors.MetadataServiceError(f"segment {span.sequence} of {span.stream} has no ledger")
+    try:
+        h = client.open_ledger(span.ledger_id, span.password, recovery=False)
+    except errors.NoSuchLedgerError:
+        # Tiered (or truncated) since it was planned: its records are in Delta now (or gone for
+        # every reader); the segment's metadata says which.
+        moved = _moved(client, span)
+        if moved is not None:
+            yield from read_span(client, moved, entries_per_read)
+        return
+    if span.last > h.last_add_confirmed:
+        h.read_last_add_confirmed()   # planned from a LAC this handle has not seen yet
+    if span.last > h.last_add_confirmed:
+        raise errors.ReadError(f"{span.stream} segment {span.sequence}: planned up to entry {span.last}, "
+                               f"the bookies confirm only {h.last_add_confirmed}")
+    for a in range(span.first, span.last + 1, entries_per_read):
+        entries = h.read(a, min(span.last, a + entries_per_read - 1))
+        yield segment_rows(span.stream, span.sequence, [(e.entry_id, e.data) for e in entries], span.first_txid)
+
+
+def _moved(client: LedgerClient, span: StreamSpan) -> StreamSpan | None:
+    """The span read from Delta if its segment is tiered now; None if the segment is gone (its
+    records were truncated away: no reader returns them); NoSuchLedgerError otherwise."""
+    from dataclasses import replace
+
+    from ledger_client import errors
+    from metadata.streams import SegmentState
+
+    ns_name, name = span.stream.split("/", 1)
+    view = client.namespace(ns_name).view_if_any(name)
+    got = view.segments.get(span.sequence) if view is not None else None
+    if got is None:
+        log.warning("%s segment %d was deleted since it was planned: its records are gone", span.stream, span.sequence)
+        return None
+    seg = got[0]
+    if seg.state is SegmentState.TIERED and seg.tier is not None:
+        return replace(span, ledger_id=None, tier=(seg.tier.table, seg.tier.delta_version))
+    raise errors.NoSuchLedgerError(f"{span.stream} segment {span.sequence}: ledger {span.ledger_id} is gone")
 
 
 def read_stream_spans(opts: StreamSourceOptions, spans: Sequence[StreamSpan],

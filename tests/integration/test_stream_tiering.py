@@ -165,3 +165,41 @@ def test_compact_to_delta_command_tiers_a_namespace_and_refuses_bad_input(cluste
                     ["--stream", "ns/a", "--ledgers", "1"]):
             assert main([*argv, *bad]) == 2
         w.close()
+
+
+def test_reads_planned_or_started_before_tiering_finish_from_delta(cluster_factory, tmp_path):
+    """A Spark partition planned while a segment was sealed (its ledger deleted by the time it
+    runs) and a Python reader that is halfway through the stream both return every record once."""
+    import pyarrow as pa
+
+    from jobs.stream_planning import StreamPushdown, plan_stream_spans, stream_end
+    from jobs.stream_source import gather, read_span, start_of
+
+    sb = cluster_factory(3)
+    table = str(tmp_path / "t")
+    with client(sb) as c:
+        ns = c.create_namespace("ns", segment_rolling_bytes=2_000, output_buffer_bytes=300)
+        w, _ = fill(ns, "s", 400)
+        w.flush()
+        view, xs = gather(c, [("ns", "s")])["ns/s"]
+        plans = plan_stream_spans(xs, {"ns/s": (start_of(view), stream_end(xs, view.meta.next_sequence))},
+                                  StreamPushdown(), 7)
+        reader = ns.open_reader("s")
+        head = reader.read_batch(50, 5_000)
+        tier_streams(TieringConfig(sb.connect_string, table, "ns/s"))
+        planned = {span.ledger_id for p in plans for span in p if span.sequence < xs[-1].sequence}
+        assert planned and None not in planned
+        for lid in planned:   # the sealed segments' ledgers the plan names are gone
+            with pytest.raises(errors.NoSuchLedgerError):
+                c.ledger_metadata(lid)
+        rows = pa.concat_tables([t for p in plans for span in p for t in read_span(c, span)])
+        assert list(zip(rows.column("txid").to_pylist(), rows.column("payload").to_pylist(), strict=True)) == \
+            expected("s", 401)[:rows.num_rows] and rows.num_rows >= 400
+        rest = []
+        while len(head) + len(rest) < 401:
+            got = reader.read_batch(1_000, 5_000)
+            assert got, "the reader stalled"
+            rest += got
+        reader.close()
+        assert [(r.txid, r.payload) for r in head + rest] == expected("s", 401)
+        w.close()
