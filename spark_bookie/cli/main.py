@@ -104,9 +104,12 @@ def cmd_sandbox(args: argparse.Namespace) -> int:
         from spark_bookie.cli.cluster import run_spark_sandbox
 
         return run_spark_sandbox(root, args.bookies, args.zk_port, wait_for_signal)
-    with Sandbox(root, args.bookies, zk_port=args.zk_port) as sb:
+    with Sandbox(root, args.bookies, zk_port=args.zk_port, http=args.http) as sb:
         print(f"sandbox up: ZooKeeper at {sb.connect_string}, bookies "
               f"{', '.join(b.bookie_id for b in sb.bookies)}", flush=True)
+        for b in sb.bookies:
+            if b.http_url:
+                print(f"bookie {b.bookie_id} http admin on {b.http_url} (/metrics, /api/v1/)", flush=True)
         print(f"export SPARK_BOOKIE_ZK={sb.connect_string}", flush=True)
         if args.demo:
             from spark_bookie.local.demo import round_trip
@@ -192,6 +195,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="run the demo, then stop (with --spark: the Spark-first demo, bookies in executors)")
     p.add_argument("--spark", action="store_true",
                    help="host the bookies in Spark executors (jobs/bookie_cluster.py on local-cluster[N,1,1024])")
+    p.add_argument("--http", action="store_true", help="every bookie serves /metrics and the admin API on a port "
+                   "of its own (printed)")
     p.set_defaults(func=cmd_sandbox)
 
     from spark_bookie.cli.cluster import add_cluster_parser

@@ -54,6 +54,12 @@ class BookieProcess:
         return f"127.0.0.1:{self.port}"
 
     @property
+    def http_url(self) -> str | None:
+        """The admin API's base URL (/metrics, /api/v1/...) when the bookie serves HTTP."""
+        port = self.settings.get("http_port")
+        return f"http://127.0.0.1:{port}" if port else None
+
+    @property
     def journal_dir(self) -> Path:
         return self.root / "journal"
 
@@ -137,8 +143,11 @@ class Sandbox:
     """Embedded ZooKeeper + `bookies` bookie processes under `root`."""
 
     def __init__(self, root: str | Path, bookies: int = 3, *, zk_port: int | None = None,
-                 zk_connect: str | None = None, bookie_settings: dict[str, Any] | None = None) -> None:
-        """With `zk_connect`, use that (running) ZooKeeper instead of starting an embedded one."""
+                 zk_connect: str | None = None, bookie_settings: dict[str, Any] | None = None,
+                 http: bool = False) -> None:
+        """With `zk_connect`, use that (running) ZooKeeper instead of starting an embedded one.
+        With `http`, every bookie serves the admin API and /metrics on a port of its own."""
+        self.http = http
         self.root = Path(root)
         self.zk: EmbeddedZooKeeper | None = None
         self._zk_connect = zk_connect
@@ -168,8 +177,10 @@ class Sandbox:
 
     def add_bookie(self, wait: bool = True, **settings: Any) -> BookieProcess:
         i = len(self.bookies)
-        b = BookieProcess(self.connect_string, free_port(), self.root / f"bookie-{i}",
-                          {**self.settings, **settings})
+        settings = {**self.settings, **settings}
+        if self.http and "http_port" not in settings:
+            settings["http_port"] = free_port()
+        b = BookieProcess(self.connect_string, free_port(), self.root / f"bookie-{i}", settings)
         self.bookies.append(b)
         b.start()
         if wait and self.store is not None:

@@ -104,3 +104,28 @@ def test_autorecovery_metrics_move_as_a_killed_bookie_is_replaced(cluster_factor
         assert call(url + "/api/v1/bookie/is_ready")[0] == 200
     finally:
         ar.stop()
+
+
+def test_sandbox_http_prints_each_bookies_admin_url(tmp_path):
+    """`spark-bookie sandbox --http`: every bookie serves /metrics on a port of its own, printed."""
+    import os
+    import re
+    import signal
+    import subprocess
+    import sys
+
+    out = tmp_path / "sandbox.out"
+    with open(out, "wb") as f:
+        proc = subprocess.Popen([sys.executable, "-m", "spark_bookie.cli", "sandbox", "--bookies", "2", "--http",
+                                 "--root", str(tmp_path / "sb")], stdout=f, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+    try:
+        wait_until(lambda: "press Ctrl-C" in out.read_text() or proc.poll() is not None, 90, "the sandbox")
+        assert proc.poll() is None, out.read_text()
+        urls = re.findall(r"http admin on (http://127\.0\.0\.1:\d+)", out.read_text())
+        assert len(urls) == 2 and len(set(urls)) == 2, out.read_text()
+        for url in urls:
+            assert sample(scrape(url), "bookie_SERVER_STATUS") == 1.0
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=60)
