@@ -84,10 +84,12 @@ class Faults:
         if not 0 <= percent <= 100:
             raise ValueError(f"loss percent must be in 0..100, not {percent}")
         per_mille = round(percent * 10)
+        rule = "drop" if per_mille >= 1000 else f"numgen random mod 1000 < {per_mille} drop"
         hosts = list(hosts)
         for h in hosts:
             for chain in CHAINS:
-                self._add(h, chain, f"numgen random mod 1000 < {per_mille} drop")
+                if per_mille > 0:
+                    self._add(h, chain, rule)
         self._apply(hosts)
 
     def delay(self, hosts: Iterable[Host], delay_ms: float, jitter_ms: float = 0.0) -> None:
