@@ -10,6 +10,7 @@ from metadata import MetadataError, MetadataStore
 from .placement import BookieNode
 from .transport import BookieClient, StreamLimits
 from .transport.add_readers import AddReaders
+from .transport.credentials import NO_CREDENTIALS, Credentials
 
 
 class BookieRegistry:
@@ -64,8 +65,10 @@ class BookieRegistry:
 class BookiePool:
     """One BookieClient per bookie id, created on first use, closed with the client."""
 
-    def __init__(self, timeout_ms: int, limits: StreamLimits, read_transport: str = "tcp") -> None:
+    def __init__(self, timeout_ms: int, limits: StreamLimits, read_transport: str = "tcp",
+                 credentials: Credentials = NO_CREDENTIALS) -> None:
         self._timeout_ms = timeout_ms
+        self._credentials = credentials
         self._limits = limits
         self._read_transport = read_transport
         self._clients: dict[str, BookieClient] = {}
@@ -80,7 +83,8 @@ class BookiePool:
             c = self._clients.get(bookie_id)
             if c is None:
                 c = BookieClient(bookie_id, timeout_ms=self._timeout_ms, limits=self._limits,
-                                 read_transport=self._read_transport, add_readers=self._readers)
+                                 read_transport=self._read_transport, add_readers=self._readers,
+                                 credentials=self._credentials)
                 self._clients[bookie_id] = c
             return c
 

@@ -34,6 +34,7 @@ from .recovery import LedgerRecovery
 from .stream import namespace as stream_namespace
 from .stream.namespace import Namespace
 from .transport import StreamLimits
+from .transport.credentials import credentials_of
 from .write_handle import WriteHandle
 
 log = logging.getLogger(__name__)
@@ -100,7 +101,7 @@ class LedgerClient:
             batch_entries_max=cfg.bookie_batch_entries_max, in_flight_adds_max=cfg.bookie_in_flight_adds_max,
             backlog_adds_max=cfg.bookie_backlog_adds_max, messages_in_flight_max=cfg.bookie_messages_in_flight_max,
             window_bypass_adds=cfg.bookie_window_bypass_adds, add_transport=cfg.bookie_add_transport),
-            read_transport=cfg.bookie_read_transport)
+            read_transport=cfg.bookie_read_transport, credentials=credentials_of(cfg))
         self.placement = EnsemblePlacement(random.Random(self.config.placement_seed))
         self._executor = ThreadPoolExecutor(max_workers=8, thread_name_prefix="ledger-client")
         self._writers: weakref.WeakSet[WriteHandle] = weakref.WeakSet()

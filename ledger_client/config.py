@@ -35,6 +35,11 @@ class ClientConfig:
     bookie_read_transport: str = "tcp"        # range and listed reads: "tcp" (the same port) or "grpc" (ReadRange)
     placement_seed: int | None = None         # seed of the placement randomness (tests, simulation)
     zk_auth: str | None = None                # "user:password": ZooKeeper digest credentials (secured clusters)
+    auth_token: str | None = None             # a signed JWT the bookies accept (docs/security.md)
+    auth_token_file: str | None = None        # or a file holding it, re-read when it changes (rotation)
+    tls_ca_path: str | None = None            # PEM CA bundle the bookies' certificates must chain to: TLS on
+    tls_cert_path: str | None = None          # this client's certificate (mTLS), with tls_key_path
+    tls_key_path: str | None = None
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -48,6 +53,12 @@ class ClientConfig:
         if self.zk_auth is not None and (not isinstance(self.zk_auth, str) or ":" not in self.zk_auth
                                          or self.zk_auth.startswith(":") or self.zk_auth.endswith(":")):
             raise IncorrectParameterError("zk_auth must be 'user:password' with both parts non-empty")
+        if self.auth_token is not None and self.auth_token_file is not None:
+            raise IncorrectParameterError("give auth_token or auth_token_file, not both")
+        if (self.tls_cert_path is None) != (self.tls_key_path is None):
+            raise IncorrectParameterError("tls_cert_path and tls_key_path go together (a client certificate, its key)")
+        if self.tls_cert_path is not None and self.tls_ca_path is None:
+            raise IncorrectParameterError("a client certificate (tls_cert_path) needs tls_ca_path (TLS)")
         for key in ("bookie_add_transport", "bookie_read_transport"):
             if getattr(self, key) not in ("tcp", "grpc"):
                 raise IncorrectParameterError(f"{key} must be 'tcp' or 'grpc', not {getattr(self, key)!r}")

@@ -85,6 +85,9 @@ class _FirstValid:
         if self.errors and all(isinstance(e, (errors.NoSuchEntryError, errors.NoSuchLedgerError))
                                for e in self.errors):
             return errors.NoSuchEntryError(f"entry {self.h.ledger_id}/{self.entry_id} is on no replica")
+        if self.errors and all(isinstance(e, errors.UnauthorizedAccessError) for e in self.errors):
+            return errors.UnauthorizedAccessError(f"entry {self.h.ledger_id}/{self.entry_id}: every bookie "
+                                                  f"refused our credentials ({self.errors[0]})")
         if any(isinstance(e, errors.DigestMismatchError) for e in self.errors):
             return errors.DigestMismatchError(f"entry {self.h.ledger_id}/{self.entry_id}: every readable "
                                               f"replica failed its digest ({self.errors})")

@@ -33,6 +33,7 @@ from . import errors
 from .machines import QuorumCoverage, ReadOutcome, RecoveryReadTally, fence_start_point, write_set
 from .protocol import bookkeeper_pb2 as pb
 from .protocol.framing import Digester, FramingError, parse_header
+from .transport import rpc_error
 from .transport.completion import as_completed
 
 if TYPE_CHECKING:
@@ -101,7 +102,10 @@ class LedgerRecovery:
     def _fence_answer(self, bookie: str, fut: grpc.Future) -> int | None:
         try:
             resp = fut.result()
-        except grpc.RpcError:
+        except grpc.RpcError as e:
+            refused = rpc_error(e, bookie)
+            if isinstance(refused, errors.UnauthorizedAccessError):  # our token: no bookie will fence for us
+                raise refused from e
             return None
         if resp.status == pb.EUA:
             raise errors.UnauthorizedAccessError(f"bookie {bookie} refused the master key of ledger {self._lid}")

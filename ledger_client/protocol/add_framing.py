@@ -8,6 +8,10 @@ one protobuf message. On an add connection: AddBatch to the bookie, AddBatchResp
 read connection: ReadRangeRequest, each answered by one ReadRangeResponse carrying its
 request_id, in any order. The hello names the kind and the framing's version, so a client of
 another framing, or something that is not a client at all, is turned away instead of being misread.
+
+Version 2 of the hello (ADD_HELLO_AUTH, READ_HELLO_AUTH) adds a second frame after the bookie id:
+the client's auth token (UTF-8, maybe empty; docs/security.md). A bookie that requires tokens
+answers every request of a connection whose token it refuses with EUA, and serves none of them.
 """
 
 from __future__ import annotations
@@ -20,6 +24,11 @@ from . import bookkeeper_pb2 as pb
 
 ADD_HELLO = b"SBADD\x00\x00\x01"
 READ_HELLO = b"SBREAD\x00\x01"  # as long as ADD_HELLO: the bookie tells them apart by their bytes
+ADD_HELLO_AUTH = b"SBADD\x00\x00\x02"  # version 2: a token frame follows the bookie id
+READ_HELLO_AUTH = b"SBREAD\x00\x02"
+HELLOS = {ADD_HELLO: (False, False), READ_HELLO: (True, False), ADD_HELLO_AUTH: (False, True),
+          READ_HELLO_AUTH: (True, True)}
+"""Each hello: (a read connection?, a token frame follows?)."""
 LENGTH = 4
 _LEN = struct.Struct(">I")
 

@@ -9,6 +9,7 @@ the next add opens a new one. Pending adds are bounded (back-pressure, not memor
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import itertools
 import queue
@@ -26,6 +27,7 @@ from ..protocol import bookkeeper_pb2 as pb
 from ..protocol import bookkeeper_pb2_grpc as pb_grpc
 from ..protocol.add_framing import AddColumns
 from .add_readers import DEFAULT_READERS, AddReaders
+from .credentials import NO_CREDENTIALS, Credentials
 from .socket_reads import SocketReads
 
 TRANSPORT_FAILURE = -1  # the status reported for adds whose stream to the bookie broke
@@ -56,6 +58,8 @@ def rpc_error(exc: BaseException, address: str) -> errors.LedgerError:
         return exc
     if isinstance(exc, grpc.RpcError) and exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
         return errors.LedgerTimeoutError(f"{address}: deadline exceeded")
+    if isinstance(exc, grpc.RpcError) and exc.code() in _REFUSED:
+        return errors.UnauthorizedAccessError(f"{address}: {exc.code().name}: {exc.details()}")
     if isinstance(exc, grpc.RpcError):
         return errors.BookieUnavailableError(f"{address}: {exc.code().name}: {exc.details()}")
     return errors.BookieUnavailableError(f"{address}: {type(exc).__name__}: {exc}")
@@ -68,6 +72,7 @@ def status_error(status: int, detail: str, where: str) -> errors.LedgerError:
 
 
 _STOP = object()
+_REFUSED = (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED)
 
 
 class _FutureSink:
@@ -245,13 +250,16 @@ class AddStream:
         for sink, (ok, failed) in groups.items():
             sink.on_add_results(self._address, ok, failed)
 
-    def _fail(self, detail: str) -> None:
+    def _fail(self, detail: str, status: int = TRANSPORT_FAILURE) -> None:
+        """Fail every pending add: TRANSPORT_FAILURE (the bookie is unreachable: replace it), or
+        EUA when the bookie refused our credentials (replacing it would not help)."""
         with self._lock:
-            self.broken = errors.BookieUnavailableError(detail)
+            self.broken = (errors.UnauthorizedAccessError(detail) if status == pb.EUA
+                           else errors.BookieUnavailableError(detail))
             pending, self._pending = self._pending, {}
         groups: dict[AddSink, list[tuple[int, int, str]]] = {}
         for sink, eid in pending.values():
-            groups.setdefault(sink, []).append((eid, TRANSPORT_FAILURE, detail))
+            groups.setdefault(sink, []).append((eid, status, detail))
         for sink, failed in groups.items():
             sink.on_add_results(self._address, [], failed)
         with self._room:
@@ -282,9 +290,10 @@ class AddStream:
 class GrpcAddStream(AddStream):
     """Adds on one bidirectional AddStream call (gRPC's threads send what `_requests` yields)."""
 
-    def __init__(self, stub: pb_grpc.BookieStub, limits: StreamLimits, address: str) -> None:
+    def __init__(self, stub: pb_grpc.BookieStub, limits: StreamLimits, address: str,
+                 metadata: tuple[tuple[str, str], ...] | None = None) -> None:
         super().__init__(limits, address)
-        self._call = stub.AddStream(self._requests())
+        self._call = stub.AddStream(self._requests(), metadata=metadata)
         self._reader = threading.Thread(target=self._read, name=f"add-stream-{address}", daemon=True)
         self._reader.start()
 
@@ -294,7 +303,8 @@ class GrpcAddStream(AddStream):
                 self._on_response(resp)
             self._fail(f"add stream to {self._address} ended")
         except grpc.RpcError as e:
-            self._fail(f"add stream to {self._address} failed: {e.code().name}: {e.details()}")
+            self._fail(f"add stream to {self._address} failed: {e.code().name}: {e.details()}",
+                       pb.EUA if e.code() in _REFUSED else TRANSPORT_FAILURE)
 
     def close(self) -> None:
         super().close()
@@ -307,18 +317,25 @@ class BookieClient:
     def __init__(self, address: str, *, timeout_ms: int = 10_000, batch_entries_max: int = 512,
                  batch_bytes_max: int = 4 << 20, message_bytes_max: int = 64 << 20,
                  limits: StreamLimits | None = None, read_transport: str = "tcp",
-                 add_readers: AddReaders = DEFAULT_READERS) -> None:
+                 add_readers: AddReaders = DEFAULT_READERS, credentials: Credentials = NO_CREDENTIALS) -> None:
         """read_transport: "tcp" (range and listed reads on the bookie's TCP port) or "grpc";
-        add_readers: the thread reading answers on add connections (the pool's: one per client)."""
+        add_readers: the thread reading answers on add connections (the pool's: one per client);
+        credentials: token and TLS material (with TLS, adds and reads use gRPC: the TCP port has none)."""
         self.address = address
         self._add_readers = add_readers
         self._timeout_s = timeout_ms / 1000.0
-        self._channel = grpc.insecure_channel(address, options=[
-            ("grpc.max_receive_message_length", message_bytes_max),
-            ("grpc.max_send_message_length", message_bytes_max),
-        ])
+        self._creds = credentials
+        options = [("grpc.max_receive_message_length", message_bytes_max),
+                   ("grpc.max_send_message_length", message_bytes_max)]
+        if credentials.tls:
+            self._channel = grpc.secure_channel(address, credentials.channel_credentials(), options=options)
+        else:
+            self._channel = grpc.insecure_channel(address, options=options)
         self._stub = pb_grpc.BookieStub(self._channel)
         self._limits = limits or StreamLimits(batch_entries_max=batch_entries_max, batch_bytes_max=batch_bytes_max)
+        if credentials.tls:
+            self._limits = dataclasses.replace(self._limits, add_transport="grpc")
+            read_transport = "grpc"
         self._stream: AddStream | None = None
         self._lock = threading.Lock()
         self._ids = itertools.count(1)
@@ -369,7 +386,7 @@ class BookieClient:
             if stream is not None:
                 stream.close()
             if self._limits.add_transport == "grpc":
-                stream = GrpcAddStream(self._stub, self._limits, self.address)
+                stream = GrpcAddStream(self._stub, self._limits, self.address, self._creds.grpc_metadata())
             else:
                 stream = self._new_socket_stream()
             self._stream = stream
@@ -384,7 +401,8 @@ class BookieClient:
         known = (self.address.rsplit(":", 1)[0], port) if port else None
         try:
             return SocketAddStream(self._limits, self.address, self._add_endpoint, self._forget_port,
-                                   self._timeout_s, self._message_bytes_max, known, self._add_readers)
+                                   self._timeout_s, self._message_bytes_max, known, self._add_readers,
+                                   self._creds.token)
         except OSError as e:
             self._forget_port()
             if known is None:
@@ -396,7 +414,10 @@ class BookieClient:
         try:
             known = self._add_endpoint()
             return SocketAddStream(self._limits, self.address, self._add_endpoint, self._forget_port,
-                                   self._timeout_s, self._message_bytes_max, known, self._add_readers)
+                                   self._timeout_s, self._message_bytes_max, known, self._add_readers,
+                                   self._creds.token)
+        except errors.UnauthorizedAccessError:
+            raise
         except (OSError, grpc.RpcError, errors.LedgerError) as e:
             self._forget_port()
             raise errors.BookieUnavailableError(f"{self.address}: {refused}; asked again: {e}") from e
@@ -412,7 +433,7 @@ class BookieClient:
 
     def _call(self, method: Callable[..., Any], request: Any, timeout_s: float | None = None) -> Any:
         try:
-            return method(request, timeout=timeout_s or self._timeout_s)
+            return method(request, timeout=timeout_s or self._timeout_s, metadata=self._creds.grpc_metadata())
         except grpc.RpcError as e:
             raise rpc_error(e, self.address) from e
 
@@ -436,10 +457,12 @@ class BookieClient:
             req.has_previous_lac = True
             req.previous_lac = previous_lac
             req.timeout_ms = long_poll_timeout_ms
-        return self._stub.Read.future(req, timeout=self._timeout_s + long_poll_timeout_ms / 1000.0)
+        return self._stub.Read.future(req, timeout=self._timeout_s + long_poll_timeout_ms / 1000.0,
+                                      metadata=self._creds.grpc_metadata())
 
     def read_lac_future(self, ledger_id: int) -> grpc.Future:
-        return self._stub.ReadLac.future(pb.ReadLacRequest(ledger_id=ledger_id), timeout=self._timeout_s)
+        return self._stub.ReadLac.future(pb.ReadLacRequest(ledger_id=ledger_id), timeout=self._timeout_s,
+                                         metadata=self._creds.grpc_metadata())
 
     def read_range(self, ledger_id: int, first: int, last: int, max_bytes: int = 0) -> pb.ReadRangeResponse:
         req = pb.ReadRangeRequest(ledger_id=ledger_id, first_entry_id=first, last_entry_id=last, max_bytes=max_bytes)
@@ -459,7 +482,8 @@ class BookieClient:
         req = pb.ReadRangeRequest(ledger_id=ledger_id, first_entry_id=first, last_entry_id=last, max_bytes=max_bytes,
                                   wait_for_lac=True, previous_lac=previous_lac, timeout_ms=timeout_ms)
         if self._read_transport == "grpc":
-            return self._stub.ReadRange.future(req, timeout=self._timeout_s + timeout_ms / 1000)
+            return self._stub.ReadRange.future(req, timeout=self._timeout_s + timeout_ms / 1000,
+                                               metadata=self._creds.grpc_metadata())
         return self._socket_reads().submit(req)
 
     def read_entries_future(self, ledger_id: int, entry_ids: list[int], max_bytes: int = 0) -> Any:
@@ -468,7 +492,7 @@ class BookieClient:
         Its result() raises TimeoutError, a LedgerError, or (read transport "grpc") grpc.RpcError."""
         req = pb.ReadRangeRequest(ledger_id=ledger_id, entry_ids=entry_ids, max_bytes=max_bytes)
         if self._read_transport == "grpc":
-            return self._stub.ReadRange.future(req, timeout=self._timeout_s)
+            return self._stub.ReadRange.future(req, timeout=self._timeout_s, metadata=self._creds.grpc_metadata())
         return self._socket_reads().submit(req)
 
     def _socket_reads(self) -> SocketReads:
@@ -477,7 +501,7 @@ class BookieClient:
                 if self._closed:
                     raise errors.BookieUnavailableError(f"client of {self.address} is closed")
                 self._reads = SocketReads(self.address, self._add_endpoint, self._forget_port,
-                                          self._timeout_s, self._message_bytes_max)
+                                          self._timeout_s, self._message_bytes_max, self._creds.token)
             return self._reads
 
     def _forget_port(self) -> None:

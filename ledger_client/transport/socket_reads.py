@@ -34,8 +34,9 @@ class SocketReads:
     be another bookie's), so the next read asks for the port again."""
 
     def __init__(self, address: str, endpoint: Callable[[], tuple[str, int]], forget: Callable[[], None],
-                 timeout_s: float, message_bytes_max: int) -> None:
+                 timeout_s: float, message_bytes_max: int, token: Callable[[], str | None] = lambda: None) -> None:
         self._address = address
+        self._token = token
         self._endpoint = endpoint
         self._forget = forget
         self._timeout_s = timeout_s
@@ -80,11 +81,13 @@ class SocketReads:
             if not port:
                 raise ConnectionError("it has no TCP port (use read transport 'grpc')")
             sock = socket.create_connection((host, port), timeout=self._timeout_s)
+        except errors.UnauthorizedAccessError:
+            raise
         except (OSError, errors.LedgerError) as e:
             self._forget()
             raise errors.BookieUnavailableError(f"read connection to {self._address}: {e}") from e
         try:
-            greet(sock, READ_HELLO, self._address)  # deadlines are per read (see _expired)
+            greet(sock, READ_HELLO, self._address, self._token())  # deadlines are per read (see _expired)
         except OSError as e:
             raise errors.BookieUnavailableError(f"read connection to {self._address}: {e}") from e
         self._sock = sock

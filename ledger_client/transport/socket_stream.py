@@ -27,10 +27,11 @@ import socket
 import threading
 from collections.abc import Callable
 
+from .. import errors
 from ..protocol import bookkeeper_pb2 as pb
 from ..protocol.add_framing import ADD_HELLO, add_batch_frame
 from .add_readers import DEFAULT_READERS, AddReaders
-from .bookie_client import AddStream, StreamLimits
+from .bookie_client import TRANSPORT_FAILURE, AddStream, StreamLimits
 from .sockets import greet, shutdown
 
 
@@ -42,8 +43,10 @@ class SocketAddStream(AddStream):
 
     def __init__(self, limits: StreamLimits, address: str, resolve: Callable[[], tuple[str, int]],
                  forget: Callable[[], None], connect_timeout_s: float, message_bytes_max: int,
-                 known: tuple[str, int] | None = None, readers: AddReaders = DEFAULT_READERS) -> None:
+                 known: tuple[str, int] | None = None, readers: AddReaders = DEFAULT_READERS,
+                 token: Callable[[], str | None] = lambda: None) -> None:
         super().__init__(limits, address)
+        self._token = token
         self._readers = readers
         self._resolve = resolve
         self._forget = forget
@@ -66,7 +69,8 @@ class SocketAddStream(AddStream):
             if not port:
                 raise ConnectionError(f"bookie {self._address} has no TCP add port (use add transport 'grpc')")
             sock = socket.create_connection((host, port), timeout=self._connect_timeout_s)
-        greet(sock, ADD_HELLO, self._address)  # deadlines are the writer's (add_timeout_ms replaces a silent bookie)
+        # Deadlines are the writer's (add_timeout_ms replaces a silent bookie).
+        greet(sock, ADD_HELLO, self._address, self._token())
         return sock
 
     def _send_all(self) -> None:
@@ -74,7 +78,8 @@ class SocketAddStream(AddStream):
             sock = self._connect()
         except Exception as e:  # resolve (an RPC) or connect: the bookie is not reachable now
             self._forget()
-            self._fail(f"add connection to {self._address} failed: {type(e).__name__}: {e}")
+            status = pb.EUA if isinstance(e, errors.UnauthorizedAccessError) else TRANSPORT_FAILURE
+            self._fail(f"add connection to {self._address} failed: {type(e).__name__}: {e}", status)
             return
         self._sock = sock
         if self._closed.is_set():  # closed while connecting
@@ -139,8 +144,8 @@ class SocketAddStream(AddStream):
                    or f"bookie {self._address} closed the add connection")
         self._shutdown()
 
-    def _fail(self, detail: str) -> None:
-        super()._fail(detail)
+    def _fail(self, detail: str, status: int = TRANSPORT_FAILURE) -> None:
+        super()._fail(detail, status)
         self.close()  # ends the sender's request loop too
 
     def _shutdown(self) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import socket
 
-from ..protocol.add_framing import frame
+from ..protocol.add_framing import ADD_HELLO, ADD_HELLO_AUTH, READ_HELLO_AUTH, frame
 from ..protocol.sockets import shutdown
 
 __all__ = ["greet", "shutdown"]
@@ -18,14 +18,19 @@ _OPTIONS = ((socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1), (socket.IPPROTO_TCP, so
             (socket.IPPROTO_TCP, socket.TCP_KEEPCNT, 3))
 
 
-def greet(sock: socket.socket, hello: bytes, bookie_id: str) -> None:
+def greet(sock: socket.socket, hello: bytes, bookie_id: str, token: str | None = None) -> None:
     """Set the options, make the socket blocking without a timeout (deadlines are the callers'),
-    and send `hello` naming the bookie meant (see add_framing). Closes the socket if that fails."""
+    and send `hello` naming the bookie meant (see add_framing), in version 2 with `token` when
+    there is one. Closes the socket if that fails."""
     try:
         for level, opt, value in _OPTIONS:
             sock.setsockopt(level, opt, value)
         sock.settimeout(None)
-        sock.sendall(hello + frame(bookie_id.encode()))
+        if token:
+            hello = ADD_HELLO_AUTH if hello == ADD_HELLO else READ_HELLO_AUTH
+            sock.sendall(hello + frame(bookie_id.encode()) + frame(token.encode()))
+        else:
+            sock.sendall(hello + frame(bookie_id.encode()))
     except OSError:
         sock.close()
         raise

@@ -39,8 +39,9 @@ class AddConnection:
     """`serve()` runs on the connection's own thread; `_reply` and `_send_answers` on any thread."""
 
     def __init__(self, sock: socket.socket, peer: str, processor: RequestProcessor, in_flight_adds_max: int,
-                 message_bytes_max: int) -> None:
+                 message_bytes_max: int, refusal: str | None = None) -> None:
         self._sock = sock
+        self._refusal = refusal  # why this connection's client is not served (auth): every add gets EUA
         self._peer = peer
         self._p = processor
         self._in_flight_max = in_flight_adds_max
@@ -107,6 +108,11 @@ class AddConnection:
             return not self._closed
 
     def _on_batch(self, batch: pb.AddBatch) -> None:
+        if self._refusal is not None:
+            self._reply([], [f for g in add_groups(batch) for f in group_failures(g, pb.EUA, self._refusal)],
+                        counted=False)
+            self._send_answers()
+            return
         n = batch_size(batch)
         with self._out_lock:
             full = self._in_flight + n > self._in_flight_max

@@ -20,6 +20,11 @@ Add rules are those of the gRPC stream: at most `in_flight_adds_max` adds of a c
 the journal (more get ETOOMANYREQUESTS), and reading stops while the client does not take its
 answers (reads too). A frame that does not parse, a length over `message_bytes_max`, a wrong hello
 or another bookie's id closes that connection (logged); the bookie goes on.
+
+With token authentication on (spark_bookie.server.auth), the hello must carry a token the bookie
+accepts (version 2 of the hello); a connection without one is kept open but every request on it is
+answered EUA and none is served, so the client learns why (UnauthorizedAccessError) rather than
+seeing a bookie that looks dead and replacing it.
 """
 
 from __future__ import annotations
@@ -36,14 +41,16 @@ from typing import cast
 from google.protobuf.message import DecodeError
 
 from ledger_client.protocol import bookkeeper_pb2 as pb
-from ledger_client.protocol.add_framing import ADD_HELLO, LENGTH, READ_HELLO, FrameError, next_frame
+from ledger_client.protocol.add_framing import HELLOS, LENGTH, FrameError, frame, next_frame
 from ledger_client.protocol.sockets import shutdown
 from spark_bookie.server.add_connection import AddConnection
+from spark_bookie.server.auth import AuthError, TokenVerifier
 from spark_bookie.server.processor import RequestProcessor
 from spark_bookie.server.service import answer_read_range
 
 log = logging.getLogger(__name__)
 HELLO_ID_BYTES_MAX = 1024
+HELLO_TOKEN_BYTES_MAX = 16 * 1024  # a JWT of a few claims is a few hundred bytes (RS256: ~600)
 HELLO_TIMEOUT_S = 10.0  # a connection that has not said hello by then is closed
 CONNECTIONS_MAX = 1024  # open add and read connections per bookie; more are closed at once (logged)
 CLOSE_WAIT_S = 5.0  # how long close() waits for the connections' threads to end
@@ -55,8 +62,9 @@ class ReadConnection(asyncio.Protocol):
     """A read connection after its hello; every method runs on the bookie's event loop."""
 
     def __init__(self, processor: RequestProcessor, message_bytes_max: int, peer: str,
-                 on_lost: Callable[[ReadConnection], None]) -> None:
+                 on_lost: Callable[[ReadConnection], None], refusal: str | None = None) -> None:
         self._p = processor
+        self._refusal = refusal  # why this connection's client is not served (auth), or None
         self._bytes_max = message_bytes_max
         self._peer = peer
         self._on_lost = on_lost
@@ -118,6 +126,9 @@ class ReadConnection(asyncio.Protocol):
             except DecodeError as e:
                 self._drop(f"frame is not a ReadRangeRequest: {e}")
                 return
+            if self._refusal is not None:
+                self._refuse(req, self._refusal)
+                continue
             task = asyncio.ensure_future(self._read(req))
             self._tasks.add(task)  # a task nobody refers to may be collected before it ends
             task.add_done_callback(self._read_done)
@@ -142,6 +153,13 @@ class ReadConnection(asyncio.Protocol):
             self._transport.write(len(body).to_bytes(LENGTH, "big"))
             self._transport.write(body)
 
+    def _refuse(self, req: pb.ReadRangeRequest, why: str) -> None:
+        """Answer EUA without reading anything (a client whose token was refused)."""
+        if self._transport is not None:
+            self._transport.write(frame(pb.ReadRangeResponse(
+                status=pb.EUA, ledger_id=req.ledger_id, first_entry_id=req.first_entry_id, detail=why,
+                request_id=req.request_id).SerializeToString()))
+
     def _drop(self, why: str) -> None:
         log.warning("closing read connection from %s: %s", self._peer, why)
         if self._transport is not None:
@@ -153,8 +171,10 @@ class AddListener:
     """The listening socket, its accept thread and the open connections. Thread-safe."""
 
     def __init__(self, sock: socket.socket, processor: RequestProcessor, bookie_id: str, in_flight_adds_max: int,
-                 message_bytes_max: int, loop: asyncio.AbstractEventLoop) -> None:
+                 message_bytes_max: int, loop: asyncio.AbstractEventLoop,
+                 verifier: TokenVerifier | None = None) -> None:
         self._sock = sock
+        self._verifier = verifier  # None: no authentication
         self._p = processor
         self._bookie_id = bookie_id
         self._in_flight_max = in_flight_adds_max
@@ -207,17 +227,18 @@ class AddListener:
         try:
             conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             conn.settimeout(HELLO_TIMEOUT_S)
-            reads = _hello(conn, self._bookie_id)
+            reads, token = _hello(conn, self._bookie_id)
             conn.settimeout(None)
         except (OSError, HelloError) as e:
             log.warning("closing add connection from %s: %s", peer, e)  # the add port's, whatever it meant
             self._forget(conn)
             conn.close()
             return
+        refusal = self._refusal(token, peer)
         if reads:
-            self._start_reads(conn, peer)
+            self._start_reads(conn, peer, refusal)
             return
-        handler = AddConnection(conn, peer, self._p, self._in_flight_max, self._bytes_max)
+        handler = AddConnection(conn, peer, self._p, self._in_flight_max, self._bytes_max, refusal)
         if not self._swap(conn, handler):
             handler.close()
         try:
@@ -225,9 +246,20 @@ class AddListener:
         finally:
             self._forget(handler)
 
-    def _start_reads(self, conn: socket.socket, peer: str) -> None:
+    def _refusal(self, token: str | None, peer: str) -> str | None:
+        """Why the client with `token` is not served (logged), or None when it is."""
+        if self._verifier is None:
+            return None
+        try:
+            self._verifier.verify(token)
+            return None
+        except AuthError as e:
+            log.warning("refusing every request of the connection from %s: %s", peer, e)
+            return str(e)
+
+    def _start_reads(self, conn: socket.socket, peer: str, refusal: str | None) -> None:
         def made() -> ReadConnection:
-            protocol = ReadConnection(self._p, self._bytes_max, peer, self._forget)
+            protocol = ReadConnection(self._p, self._bytes_max, peer, self._forget, refusal)
             if not self._swap(conn, protocol):
                 self._loop.call_soon(protocol.close)
             return protocol
@@ -294,19 +326,26 @@ class HelloError(Exception):
     """The connection did not open with a valid hello for this bookie."""
 
 
-def _hello(conn: socket.socket, bookie_id: str) -> bool:
-    """Read ADD_HELLO or READ_HELLO, then a frame with the id of the bookie the client means (see
-    add_framing), and not a byte more; True for a read connection."""
-    head = _recv_exact(conn, len(ADD_HELLO))
-    if head not in (ADD_HELLO, READ_HELLO):
+def _hello(conn: socket.socket, bookie_id: str) -> tuple[bool, str | None]:
+    """Read a hello (add_framing.HELLOS), a frame with the id of the bookie the client means and,
+    in version 2, one with its token, and not a byte more: (a read connection?, the token)."""
+    head = _recv_exact(conn, len(next(iter(HELLOS))))
+    kind = HELLOS.get(head)
+    if kind is None:
         raise HelloError(f"not an add or read connection (hello {head!r})")
-    n = int.from_bytes(_recv_exact(conn, LENGTH), "big")
-    if n > HELLO_ID_BYTES_MAX:
-        raise HelloError(f"bookie id in the hello: frame of {n} bytes is over the limit of {HELLO_ID_BYTES_MAX}")
-    meant = _recv_exact(conn, n).decode(errors="replace")
+    meant = _recv_frame(conn, HELLO_ID_BYTES_MAX, "bookie id").decode(errors="replace")
     if meant != bookie_id:
         raise HelloError(f"connection meant for bookie {meant!r}, this is {bookie_id!r}")
-    return head == READ_HELLO
+    reads, has_token = kind
+    token = _recv_frame(conn, HELLO_TOKEN_BYTES_MAX, "token").decode(errors="replace") if has_token else None
+    return reads, token or None
+
+
+def _recv_frame(conn: socket.socket, bytes_max: int, what: str) -> bytes:
+    n = int.from_bytes(_recv_exact(conn, LENGTH), "big")
+    if n > bytes_max:
+        raise HelloError(f"{what} in the hello: frame of {n} bytes is over the limit of {bytes_max}")
+    return _recv_exact(conn, n)
 
 
 def _recv_exact(conn: socket.socket, n: int) -> bytes:
@@ -320,11 +359,12 @@ def _recv_exact(conn: socket.socket, n: int) -> bytes:
 
 
 async def start_add_listener(processor: RequestProcessor, bookie_id: str, host: str, port: int,
-                             in_flight_adds_max: int, message_bytes_max: int) -> AddListener:
+                             in_flight_adds_max: int, message_bytes_max: int,
+                             verifier: TokenVerifier | None = None) -> AddListener:
     """Listen on host:port (0 = a port the OS picks; the bookie advertises it in GetBookieInfo).
     Runs on the bookie's loop, which then serves the read connections."""
     family, _, _, _, addr = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM,
                                                flags=socket.AI_PASSIVE)[0]
     sock = socket.create_server(addr, family=family, backlog=128)
     return AddListener(sock, processor, bookie_id, in_flight_adds_max, message_bytes_max,
-                       asyncio.get_running_loop())
+                       asyncio.get_running_loop(), verifier)

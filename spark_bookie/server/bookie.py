@@ -27,8 +27,9 @@ import grpc
 from ledger_client.protocol import bookkeeper_pb2_grpc as pb_grpc
 from metadata import MetadataError, MetadataStore
 from metadata import connect as connect_metadata
-from spark_bookie.errors import StartupError
+from spark_bookie.errors import ConfigError, StartupError
 from spark_bookie.server.add_listener import AddListener, start_add_listener
+from spark_bookie.server.auth import TokenInterceptor, TokenVerifier
 from spark_bookie.server.checkpoint import Checkpointer
 from spark_bookie.server.config import BookieConfig
 from spark_bookie.server.cookie import Cookie, normalize_dirs, verify_or_create
@@ -174,7 +175,8 @@ class Bookie:
             try:
                 self._metadata = connect_metadata(self.config.zk_connect,
                                                   session_timeout_ms=self.config.zk_session_timeout_ms,
-                                                  connect_timeout_ms=self.config.zk_connect_timeout_ms)
+                                                  connect_timeout_ms=self.config.zk_connect_timeout_ms,
+                                                  zk_auth=self.config.zk_auth or None)
             except MetadataError as e:
                 raise StartupError(f"cannot reach ZooKeeper at {self.config.zk_connect}: {e}") from e
         try:
@@ -216,9 +218,13 @@ class Bookie:
         loop = asyncio.new_event_loop()
         self._loop = loop
 
+        verifier = self._token_verifier()
+        interceptors = [TokenInterceptor(verifier)] if verifier is not None else []
+
         async def serve() -> None:
             try:
-                server = grpc.aio.server(options=grpc_options(self.config.grpc_message_bytes_max))
+                server = grpc.aio.server(options=grpc_options(self.config.grpc_message_bytes_max),
+                                         interceptors=interceptors)
                 processor = RequestProcessor(self.config, self.storage, self.journal, loop,
                                              self._executor, lambda: self._disk.read_only,
                                              self._disk.has_room, self.metrics)
@@ -233,7 +239,7 @@ class Bookie:
                 try:
                     self._add_server = await start_add_listener(
                         processor, self.bookie_id, self.config.host, self.config.add_port,
-                        self.config.in_flight_adds_per_stream_max, self.config.grpc_message_bytes_max)
+                        self.config.in_flight_adds_per_stream_max, self.config.grpc_message_bytes_max, verifier)
                 except OSError as e:
                     raise StartupError(f"cannot listen for adds on {self.config.host}:{self.config.add_port}: "
                                        f"{e.strerror or e}") from e
@@ -260,6 +266,17 @@ class Bookie:
         ready.wait()
         if failure:
             raise failure[0]
+
+    def _token_verifier(self) -> TokenVerifier | None:
+        """The verifier of clients' tokens when auth_enabled (StartupError for an unreadable key)."""
+        cfg = self.config
+        if not cfg.auth_enabled:
+            return None
+        try:
+            return TokenVerifier.from_files(cfg.auth_token_secret_path, cfg.auth_token_public_key_path,
+                                            cfg.auth_token_leeway_ms / 1000.0)
+        except ConfigError as e:
+            raise StartupError(str(e)) from e
 
     # ------------------------------------------------------------------ registration
 

@@ -74,6 +74,18 @@ class BookieConfig:
     # ---- operations
     http_port: int = 0                          # HTTP admin API and /metrics (spark_bookie.http); 0 = off
     metrics_enabled: bool = True                # count adds, reads, journal groups, GC (server/metrics.py)
+    # ---- security (docs/security.md; all off by default)
+    zk_auth: str = ""                           # "user:password": ZooKeeper digest credentials (secured clusters)
+    auth_enabled: bool = False                  # every client must present a valid token (server/auth.py)
+    auth_token_secret_path: str = ""            # HS256: file holding the shared secret
+    auth_token_public_key_path: str = ""        # RS256: PEM public key (the bookie cannot mint tokens then)
+    auth_token_leeway_ms: int = 0               # clock skew allowed on a token's expiry
+    tls_enabled: bool = False                   # TLS on the gRPC port (server/tls.py)
+    tls_certificate_path: str = ""              # PEM certificate chain of this bookie (tlsCertificatePath)
+    tls_key_path: str = ""                      # its PEM private key (tlsKeyStore)
+    tls_trust_store_path: str = ""              # PEM CA bundle that client certificates must chain to (tlsTrustStore)
+    tls_client_authentication: bool = False     # require client certificates, mTLS (tlsClientAuthentication)
+    tls_cert_files_refresh_duration_s: int = 300  # re-read changed certificate files this often; 0 = never
     extra: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     @property
@@ -106,11 +118,25 @@ class BookieConfig:
             v = getattr(self, f.name)
             if isinstance(v, (int, float)) and not isinstance(v, bool) and v < 0:
                 problems.append(f"{f.name} must not be negative")
+        problems += self._security_problems()
         if self.extra:
             problems.append(f"unknown configuration keys: {sorted(self.extra)}")
         if problems:
             raise ConfigError("invalid bookie configuration: " + "; ".join(problems))
         return self
+
+    def _security_problems(self) -> list[str]:
+        problems: list[str] = []
+        if self.zk_auth and (":" not in self.zk_auth or self.zk_auth.startswith(":") or self.zk_auth.endswith(":")):
+            problems.append("zk_auth must be 'user:password' with both parts non-empty")
+        if self.auth_enabled and bool(self.auth_token_secret_path) == bool(self.auth_token_public_key_path):
+            problems.append("auth_enabled needs exactly one of auth_token_secret_path (HS256) and "
+                            "auth_token_public_key_path (RS256)")
+        if self.tls_enabled and not (self.tls_certificate_path and self.tls_key_path):
+            problems.append("tls_enabled needs tls_certificate_path and tls_key_path")
+        if self.tls_enabled and self.tls_client_authentication and not self.tls_trust_store_path:
+            problems.append("tls_client_authentication needs tls_trust_store_path (the CA of client certificates)")
+        return problems
 
 
 def _coerce(name: str, value: Any) -> Any:

@@ -1,0 +1,101 @@
+"""What a client shows the bookies (docs/security.md): an auth token and TLS material.
+
+The token goes in the `authorization` metadata of every gRPC call and in the hello of every TCP
+connection. A token file is re-read when its modification time changes (checked at most once per
+TOKEN_FILE_CHECK_S), so a token rotated on disk is used by the next call and connection without
+restarting the client. TLS: gRPC channel credentials from a CA bundle (the bookie's certificate is
+checked against it and against the host name the client dialled) and an optional client
+certificate and key (mTLS).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+
+import grpc
+
+from .. import errors
+from ..config import ClientConfig
+
+TOKEN_FILE_CHECK_S = 1.0
+METADATA_KEY = "authorization"
+
+
+@dataclass
+class Credentials:
+    auth_token: str | None = None
+    auth_token_file: str | None = None
+    tls_ca_path: str | None = None
+    tls_cert_path: str | None = None
+    tls_key_path: str | None = None
+    _file_token: str | None = field(default=None, repr=False)
+    _file_mtime_ns: int = field(default=-1, repr=False)
+    _checked_s: float = field(default=-1e9, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _channel_creds: grpc.ChannelCredentials | None = field(default=None, repr=False)
+
+    @property
+    def tls(self) -> bool:
+        return self.tls_ca_path is not None
+
+    def token(self) -> str | None:
+        """The token to present now (None: none configured). IncorrectParameterError when the
+        token file cannot be read."""
+        if self.auth_token is not None:
+            return self.auth_token
+        if self.auth_token_file is None:
+            return None
+        now = time.monotonic()
+        if now - self._checked_s < TOKEN_FILE_CHECK_S:
+            return self._file_token
+        with self._lock:
+            try:
+                mtime = os.stat(self.auth_token_file).st_mtime_ns
+                if mtime != self._file_mtime_ns:
+                    with open(self.auth_token_file, encoding="ascii") as f:
+                        self._file_token = f.read().strip() or None
+                    self._file_mtime_ns = mtime
+            except (OSError, UnicodeDecodeError) as e:
+                raise errors.IncorrectParameterError(f"cannot read auth_token_file {self.auth_token_file}: {e}") from e
+            self._checked_s = now
+            return self._file_token
+
+    def grpc_metadata(self) -> tuple[tuple[str, str], ...] | None:
+        """Metadata for a gRPC call: the token as a bearer credential, or None."""
+        token = self.token()
+        return ((METADATA_KEY, "Bearer " + token),) if token else None
+
+    def channel_credentials(self) -> grpc.ChannelCredentials:
+        """gRPC TLS credentials (the files are read once per client; IncorrectParameterError when
+        one cannot be read)."""
+        with self._lock:
+            if self._channel_creds is None:
+                self._channel_creds = grpc.ssl_channel_credentials(
+                    root_certificates=_read(self.tls_ca_path), private_key=_read(self.tls_key_path),
+                    certificate_chain=_read(self.tls_cert_path))
+            return self._channel_creds
+
+
+def _read(path: str | None) -> bytes | None:
+    if path is None:
+        return None
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError as e:
+        raise errors.IncorrectParameterError(f"cannot read {path}: {e.strerror or e}") from e
+
+
+NO_CREDENTIALS = Credentials()
+
+
+def credentials_of(config: ClientConfig) -> Credentials:
+    """The credentials a ClientConfig names (NO_CREDENTIALS when it names none)."""
+    c = config
+    if not (c.auth_token or c.auth_token_file or c.tls_ca_path):
+        return NO_CREDENTIALS
+    return Credentials(auth_token=c.auth_token, auth_token_file=c.auth_token_file, tls_ca_path=c.tls_ca_path,
+                       tls_cert_path=c.tls_cert_path, tls_key_path=c.tls_key_path)
