@@ -51,6 +51,7 @@ if TYPE_CHECKING:
 
     from ledger_client import LedgerClient
     from ledger_client.stream import Namespace
+    from metadata.streams import SegmentMeta
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +71,7 @@ class TieringConfig:
     entries_per_read: int = 64                # record sets per range read
     file_bytes_max: int = 128 * 1024 * 1024   # a segment's rows roll into a new parquet file past this
     tasks_max: int = 64                       # Spark tasks that write files (at most)
+    sealed_before_ms: int | None = None       # only segments sealed at or before this time (ms since epoch)
 
     def __post_init__(self) -> None:
         parse_stream_patterns(self.streams)
@@ -198,10 +200,9 @@ def _spark_task(args: tuple[str, str, int, int], groups: Iterator[list[SegmentTa
 
 
 def write_files(cfg: TieringConfig, table_path: str, tasks: Sequence[SegmentTask], spark: Any) -> list[TierFile]:
+    """Step 1 in Spark executors: groups of segments, one task each; add actions come back."""
     if not tasks:
         return []
-    if spark is None:
-        return write_tasks(cfg.zk, table_path, tasks, cfg.entries_per_read, cfg.file_bytes_max)
     n = min(cfg.tasks_max, len(tasks))
     groups = [list(tasks[i::n]) for i in range(n)]
     spark.sparkContext.setJobDescription(f"tier {len(tasks)} stream segments into Delta")
@@ -272,7 +273,8 @@ def resolve_streams(client: LedgerClient, patterns: str) -> list[tuple[str, str]
     return sorted(found)
 
 
-def scan(client: LedgerClient, streams: Sequence[tuple[str, str]]) -> tuple[dict[str, Namespace], list[SegmentTask]]:
+def scan(client: LedgerClient, streams: Sequence[tuple[str, str]],
+         sealed_before_ms: int | None = None) -> tuple[dict[str, Namespace], list[SegmentTask]]:
     """The namespaces and the sealed segments (with a ledger) of the streams, oldest first."""
     from metadata.streams.tiering import tierable
 
@@ -280,11 +282,17 @@ def scan(client: LedgerClient, streams: Sequence[tuple[str, str]]) -> tuple[dict
     tasks: list[SegmentTask] = []
     for ns_name, name in streams:
         ns = spaces.get(ns_name) or spaces.setdefault(ns_name, client.namespace(ns_name))
-        for s in tierable(ns.view(name)):
+        for s in due(tierable(ns.view(name)), sealed_before_ms):
             invariant(s.ledger_id is not None, "tierable segments have a ledger")
             tasks.append(SegmentTask(f"{ns_name}/{name}", s.sequence, int(s.ledger_id or 0), s.last_entry_id,
                                      s.record_count, s.first_txid, ns.settings.ledger_password))
     return spaces, tasks
+
+
+def due(segments: Sequence[SegmentMeta], sealed_before_ms: int | None) -> list[SegmentMeta]:
+    if sealed_before_ms is None:
+        return list(segments)
+    return [s for s in segments if s.sealed_ms is not None and s.sealed_ms <= sealed_before_ms]
 
 
 def mark(ns: Namespace, name: str, tasks: Sequence[SegmentTask], table_path: str, version: int) -> list[int]:
@@ -312,8 +320,10 @@ def release(ns: Namespace, name: str, hook: Callable[[str], None]) -> list[int]:
     return lids
 
 
-def tier_streams(cfg: TieringConfig, spark: Any = None, hook: Callable[[str], None] | None = None) -> TieringResult:
-    """Run the steps (module doc) for every stream ``cfg.streams`` matches."""
+def tier_streams(cfg: TieringConfig, spark: Any = None, hook: Callable[[str], None] | None = None,
+                 client: LedgerClient | None = None) -> TieringResult:
+    """Run the steps (module doc) for every stream ``cfg.streams`` matches; with ``client``, on
+    that client (not closed here) instead of one of its own."""
     from deltalake import DeltaTable
 
     from ledger_client import LedgerClient
@@ -322,13 +332,18 @@ def tier_streams(cfg: TieringConfig, spark: Any = None, hook: Callable[[str], No
     t0 = time.monotonic()
     path = str(Path(cfg.table_path).absolute())
     table = open_table(path)
-    client = LedgerClient(cfg.zk)
+    own = client is None
+    client = LedgerClient(cfg.zk) if client is None else client
     try:
         streams = resolve_streams(client, cfg.streams)
-        spaces, tasks = scan(client, streams)
+        spaces, tasks = scan(client, streams, cfg.sealed_before_ms)
         done = {t.app_id for t in tasks if table.transaction_version(t.app_id) is not None}
         todo = [t for t in tasks if t.app_id not in done]
-        files = write_files(cfg, path, todo, spark)
+        if spark is None:
+            files = [f for t in todo for f in write_segment_files(client, path, t, cfg.entries_per_read,
+                                                                  cfg.file_bytes_max)]
+        else:
+            files = write_files(cfg, path, todo, spark)
         step("written")
         version = commit_files(table, files, todo) if todo else table.version()
         step("committed")
@@ -346,6 +361,26 @@ def tier_streams(cfg: TieringConfig, spark: Any = None, hook: Callable[[str], No
             for ns_name, name in streams:
                 deleted += release(spaces[ns_name], name, step)
     finally:
-        client.close()
+        if own:
+            client.close()
     return TieringResult(version, tuple(t.app_id for t in todo), tuple(sorted(done)), marked, tuple(deleted),
                          sum(f.rows for f in files), time.monotonic() - t0)
+
+
+def tier_step(ns: Namespace, stream: str, now_ms: int | None = None) -> int:
+    """recovery/stream_maintenance.py's TierStep: tier the segments of ``stream`` sealed more than
+    the namespace's ``tier_after_ms`` ago into ``<tier_table>/<stream>``; how many were marked.
+    Does nothing (and touches no table) when the namespace does not tier or nothing is due."""
+    from metadata.streams.tiering import ledgers_to_release, tierable
+
+    st = ns.settings
+    if st.tier_after_ms is None or not st.tier_table:
+        return 0
+    cutoff = (now_ms if now_ms is not None else int(time.time() * 1000)) - st.tier_after_ms
+    view = ns.view(stream)
+    if not due(tierable(view), cutoff) and not ledgers_to_release(view):
+        return 0
+    cfg = TieringConfig(zk="", table_path=f"{st.tier_table}/{stream}", streams=f"{ns.name}/{stream}",
+                        sealed_before_ms=cutoff)
+    result = tier_streams(cfg, client=ns.client)
+    return sum(len(v) for v in result.marked.values())

@@ -203,3 +203,26 @@ def test_reads_planned_or_started_before_tiering_finish_from_delta(cluster_facto
         reader.close()
         assert [(r.txid, r.payload) for r in head + rest] == expected("s", 401)
         w.close()
+
+
+def test_stream_maintenance_tiers_what_is_older_than_tier_after_ms(cluster_factory, tmp_path):
+    """The auditor's stream maintenance with jobs.stream_tiering.tier_step: a namespace with
+    tier_after_ms and tier_table gets its old sealed segments tiered into <tier_table>/<stream>."""
+    from jobs.stream_tiering import tier_step
+    from recovery import StreamMaintenance
+
+    sb = cluster_factory(3)
+    tiers = tmp_path / "tiers"
+    with client(sb) as c:
+        ns = c.create_namespace("ns", segment_rolling_bytes=2_000, output_buffer_bytes=300,
+                                tier_after_ms=3_600_000, tier_table=str(tiers))
+        w, _ = fill(ns, "s", 200)
+        sealed = [s for s in ns.stream_info("s").segments if s.state == "sealed"]
+        m = StreamMaintenance(c, 0, tier=tier_step)
+        assert m.run_once().segments_tiered == 0 and not tiers.exists()   # nothing is an hour old
+        ns.update_settings(tier_after_ms=0)
+        stats = m.run_once()
+        assert stats.segments_tiered == len(sealed) > 0 and stats.errors == 0
+        check_exactly_once(c, ns, "s", 200, str(tiers / "s"))
+        assert m.run_once().segments_tiered == len(sealed)    # cumulative: the third pass tiered nothing
+        w.close()
