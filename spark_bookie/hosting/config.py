@@ -28,6 +28,8 @@ class ClusterAppConfig:
     driver_heartbeat_ms: int = 2_000
     stop_timeout_ms: int = 60_000
     driver_stale_ms: int = 15_000  # another driver of this name counts as alive if it beat this recently
+    http_port: int = 0  # the driver's /metrics and admin API (spark_bookie.http); 0 = off
+    http_host: str = "127.0.0.1"
 
 
 def spark_conf_pairs(cfg: ClusterAppConfig) -> dict[str, str]:
@@ -96,6 +98,8 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--task-max-failures", type=int, default=1_000)
     ap.add_argument("--stop-timeout-s", type=float, default=60.0)
     ap.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="extra Spark setting")
+    ap.add_argument("--http-port", type=int, default=0, help="the driver's /metrics and admin API (0 = off)")
+    ap.add_argument("--http-host", default="127.0.0.1", help="address the driver's admin API binds")
 
 
 def config_from_args(args: argparse.Namespace) -> ClusterAppConfig:
@@ -117,7 +121,14 @@ def config_from_args(args: argparse.Namespace) -> ClusterAppConfig:
     return ClusterAppConfig(hosting=hosting, master=args.master, spark_conf=tuple(confs),
                             task_max_failures=args.task_max_failures,
                             health_interval_ms=int(args.health_interval_s * 1000),
-                            stop_timeout_ms=int(args.stop_timeout_s * 1000))
+                            stop_timeout_ms=int(args.stop_timeout_s * 1000),
+                            http_port=_http_port(args.http_port), http_host=args.http_host)
+
+
+def _http_port(port: int) -> int:
+    if not 0 <= port < 65536:
+        raise ConfigError(f"--http-port {port} is not 0 (off) or in 1..65535")
+    return port
 
 
 def _check_bookie_settings(hosting: HostingConfig) -> None:

@@ -76,6 +76,7 @@ class BookieClusterApp:
         self._app_id: str | None = None
         self._store: MetadataStore | None = None
         self._recovery: Any = None
+        self._admin: Any = None  # spark_bookie.http's server when --http-port is given
         self._hosting_thread: threading.Thread | None = None
         self._job_running = threading.Event()
         self._claimed = False  # the driver node is ours (never overwrite a live rival's)
@@ -98,6 +99,7 @@ class BookieClusterApp:
             self._sc = self._make_spark_context()
             self._install_signal_handlers()  # after SparkContext: pyspark's SIGINT handler cancels jobs
             self._start_recovery()
+            self._start_admin()
             self._hosting_thread = threading.Thread(target=self._host, name="bookie-hosting", daemon=True)
             self._hosting_thread.start()
             self._supervise()
@@ -191,6 +193,20 @@ class BookieClusterApp:
             run_auditor=True, run_worker=False)
         self._recovery.start()
 
+    def _start_admin(self) -> None:
+        """/metrics and the admin API (is_ready: the hosting job runs), for Prometheus and Marathon."""
+        if not self.cfg.http_port:
+            return
+        import dataclasses
+
+        from spark_bookie.http.process import serve_driver
+
+        config = {f.name: getattr(self.cfg.hosting, f.name) for f in dataclasses.fields(self.cfg.hosting)}
+        self._admin = serve_driver(self.cfg.hosting.zk_connect, self.cfg.http_port, self.cfg.http_host,
+                                   health=self.health, ready=self._job_running.is_set,
+                                   autorecovery=self._recovery, config=config)
+        log.info("driver http admin on %s (/metrics, /api/v1/)", self._admin.url)
+
     # -- the hosting stage ----------------------------------------------------------------
     def _host(self) -> None:
         """Background thread: run the hosting job; resubmit it whenever Spark gives up on it."""
@@ -265,6 +281,8 @@ class BookieClusterApp:
     def _shutdown(self) -> None:
         """Ask every slot to stop (gracefully), wait for the job to end, then stop the rest."""
         self._stop.set()
+        if self._admin is not None:
+            self._admin.stop()
         store = self._store
         if store is not None and self._sc is not None:
             try:

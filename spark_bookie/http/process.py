@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING
+import logging
+from collections.abc import Callable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
 
 from spark_bookie.http.routes import AdminContext, build_routes
 from spark_bookie.http.server import AdminServer
@@ -13,6 +17,8 @@ from spark_bookie.http.server import AdminServer
 if TYPE_CHECKING:
     from recovery import AutoRecovery
     from spark_bookie.server.bookie import Bookie
+
+log = logging.getLogger(__name__)
 
 
 class ProcessAdmin:
@@ -58,5 +64,46 @@ def serve_autorecovery(ar: AutoRecovery, port: int, host: str = "127.0.0.1") -> 
     registry = autorecovery_registry(ar, CollectorRegistry(auto_describe=True))
     config = {f.name: getattr(ar.config, f.name) for f in dataclasses.fields(ar.config)}
     ctx = AdminContext(ar.zk_connect, registry, autorecovery=ar, config=config)
+    server = AdminServer(host, port, build_routes(ctx), registry)
+    return ProcessAdmin(server.start(), ctx)
+
+
+class _DriverCollector(Collector):
+    """The Spark-hosted cluster as its driver sees it (the health record `cluster status` prints),
+    read from ZooKeeper at scrape time."""
+
+    def __init__(self, health: Callable[[], dict[str, Any]]) -> None:
+        self._health = health
+
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+        try:
+            h = self._health()
+        except Exception as e:  # ZooKeeper away: this scrape has no cluster figures
+            log.debug("cluster health unavailable: %s", e)
+            return
+        yield GaugeMetricFamily("bookie_cluster_BOOKIES_WANTED", "Bookie slots the application hosts",
+                                value=float(h["bookies_wanted"]))
+        yield GaugeMetricFamily("bookie_cluster_SLOTS_SERVING", "Slots whose bookie serves",
+                                value=float(h["slots_serving"]))
+        yield GaugeMetricFamily("bookie_cluster_WRITABLE_BOOKIES", "Bookies registered writable (whole cluster)",
+                                value=float(len(h["writable"])))
+        yield GaugeMetricFamily("bookie_cluster_READONLY_BOOKIES", "Bookies registered read-only (whole cluster)",
+                                value=float(len(h["readonly"])))
+        yield CounterMetricFamily("bookie_cluster_JOB_RESUBMITS", "Times the hosting job was resubmitted",
+                                  value=float(h.get("resubmits", 0)))
+
+
+def serve_driver(zk_connect: str, port: int, host: str, *, health: Callable[[], dict[str, Any]],
+                 ready: Callable[[], bool], autorecovery: AutoRecovery | None,
+                 config: Mapping[str, object]) -> ProcessAdmin:
+    """Serve the Spark cluster driver's /metrics (cluster figures, its auditor's) and admin API;
+    /api/v1/bookie/is_ready answers 200 while the hosting job runs (Marathon's health check)."""
+    from recovery.metrics import autorecovery_registry
+
+    registry = CollectorRegistry(auto_describe=True)
+    registry.register(_DriverCollector(health))
+    if autorecovery is not None:
+        autorecovery_registry(autorecovery, registry)
+    ctx = AdminContext(zk_connect, registry, autorecovery=autorecovery, config=config, ready=ready)
     server = AdminServer(host, port, build_routes(ctx), registry)
     return ProcessAdmin(server.start(), ctx)

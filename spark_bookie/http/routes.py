@@ -52,6 +52,7 @@ class AdminContext:
     bookie: Bookie | None = None
     autorecovery: AutoRecovery | None = None
     config: Mapping[str, object] = field(default_factory=dict)
+    ready: Callable[[], bool] | None = None  # overrides is_ready's rule (the Spark driver: hosting job running)
     _client: LedgerClient | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
     decommissions: dict[str, threading.Thread] = field(default_factory=dict)
@@ -104,7 +105,9 @@ def bookie_state(ctx: AdminContext, req: Request) -> Response:
 def is_ready(ctx: AdminContext, req: Request) -> Response:
     """200 ``OK`` once the process serves (bookie registered / autorecovery connected), else 503:
     what a load balancer's or Marathon's health check asks."""
-    if ctx.bookie is not None:
+    if ctx.ready is not None:
+        ready = ctx.ready()
+    elif ctx.bookie is not None:
         ready = ctx.bookie.is_ready
     elif ctx.autorecovery is not None:
         ready = ctx.autorecovery.wait_ready(0)

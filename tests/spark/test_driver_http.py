@@ -1,0 +1,60 @@
+"""The Spark-hosted cluster's driver serves /metrics and the admin API (`--http-port`): the cluster
+figures and its auditor's metrics parsed by prometheus_client, is_ready while the hosting job
+runs, and BookKeeper's endpoints over the executors' bookies."""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from spark_bookie.local.sandbox import SparkSandbox
+from spark_bookie.local.zookeeper import free_port
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+
+
+def wait_until(pred: Callable[[], bool], timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if pred():
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"timed out after {timeout_s:g} s waiting for {what}")
+
+
+def _get(url: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=30) as resp:
+            return resp.status, resp.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+
+
+def _samples(url: str) -> dict[str, float]:
+    status, text = _get(url + "/metrics")
+    assert status == 200
+    return {s.name: s.value for f in text_string_to_metric_families(text) for s in f.samples if not s.labels}
+
+
+def test_driver_serves_metrics_and_admin_api(tmp_path):
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    with SparkSandbox(tmp_path, 2, extra_args=["--http-port", str(port)]) as sb:
+        wait_until(lambda: _samples(url).get("bookie_cluster_SLOTS_SERVING") == 2.0, 120, "two slots serving")
+        m = _samples(url)
+        assert m["bookie_cluster_BOOKIES_WANTED"] == 2.0 and m["bookie_cluster_WRITABLE_BOOKIES"] == 2.0
+        assert m["bookie_cluster_JOB_RESUBMITS_total"] == 0.0
+        wait_until(lambda: _samples(url).get("auditor_IS_AUDITOR") == 1.0, 60, "the driver to be the auditor")
+        assert _get(url + "/api/v1/bookie/is_ready")[0] == 200
+        status, body = _get(url + "/api/v1/bookie/list_bookies?type=rw")
+        assert status == 200 and set(json.loads(body)) == set(sb.bookie_ids)
+        status, body = _get(url + "/api/v1/autorecovery/who_is_auditor")
+        assert status == 200 and json.loads(body)["Auditor"].startswith("driver:")
+        assert _get(url + "/api/v1/bookie/state")[0] == 404  # no bookie in the driver itself
