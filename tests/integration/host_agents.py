@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import sys
 import time
+from concurrent.futures import Future
 
 from client_helpers import FAST, data
 
@@ -31,20 +32,18 @@ def write(zk: str, e: int, qw: int, qa: int, entries: int, linger_s: float = 60.
     c = LedgerClient(zk, config=FAST)
     w = c.create_ledger(e, qw, qa)
     say("ledger", w.ledger_id)
-    window = []
+    window: list[tuple[int, Future[int]]] = []
     failed = False
     for i in range(entries):
-        window.append((i, w.append_async(data(w.ledger_id, i))))
-        while len(window) >= 4 or (i == entries - 1 and window):
-            eid, fut = window.pop(0)
-            try:
+        try:
+            window.append((i, w.append_async(data(w.ledger_id, i))))
+            while len(window) >= 4 or (i == entries - 1 and window):
+                eid, fut = window.pop(0)
                 fut.result(120)
                 say("ack", eid)
-            except Exception as err:  # noqa: BLE001 (reported to the test, which judges it)
-                say("fail", type(err).__name__, str(err).replace("\n", " ")[:200])
-                failed = True
-                break
-        if failed:
+        except Exception as err:  # noqa: BLE001 (reported to the test, which judges it)
+            say("fail", type(err).__name__, str(err).replace("\n", " ")[:200])
+            failed = True
             break
         time.sleep(0.01)
     deadline = time.monotonic() + linger_s

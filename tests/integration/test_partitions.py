@@ -1,0 +1,232 @@
+"""Network partitions between real hosts (network namespaces, spark_bookie.local.hosts): the faults
+a distributed log must survive most. Real ZooKeeper on the bridge, one real bookie per host, clients
+that must be cut run inside hosts (host_agents.py). Every scenario is seeded (printed) and ends with
+every acknowledged entry read back byte for byte, all readers agreeing on each closed ledger's end,
+and no two copies of an entry on one host."""
+
+from __future__ import annotations
+
+import random
+import time
+
+import pytest
+from bookie_helpers import wait_until
+from client_helpers import data
+from host_helpers import Agent, check_ledger, check_placement, client, multihost_fixture  # noqa: F401
+
+pytestmark = pytest.mark.integration
+
+QUORUMS = [(3, 3, 2), (3, 2, 2), (4, 3, 2)]
+
+
+def current_ensemble(c, ledger_id: int) -> list[str]:
+    md = c.ledger_metadata(ledger_id)
+    return md.ensembles[max(md.ensembles)]
+
+
+def fails_after(agent: Agent, index: int) -> int:
+    return sum(1 for line in agent.lines[index:] if line.startswith("fail "))
+
+
+def test_writer_cut_from_its_ensemble_while_a_reader_recovers(multihost, seed) -> None:
+    """The writer (on its own host) loses some or all of its ensemble; a reader elsewhere recovers
+    the ledger meanwhile. The ledger closes at or above every ack, and after the partition heals
+    the old writer gets nothing more acknowledged (it was fenced)."""
+    rng = random.Random(seed)
+    e, qw, qa = rng.choice(QUORUMS)
+    cluster = multihost(6, bookie_hosts=5)
+    faults, writer_host = cluster.hosts.faults, cluster.hosts[6]
+    writer = Agent(writer_host, "write", cluster.connect_string, e, qw, qa, 1_000_000, 60)
+    writer.wait_for(lambda a: len(a.acked()) >= rng.randint(10, 60), 120, "the first acks")
+    ledger_id = int(writer.events("ledger")[0][0])
+    c = client(cluster)
+    try:
+        ensemble = current_ensemble(c, ledger_id)
+        cut = rng.sample(ensemble, rng.randint(1, e))
+        print(f"E{e}/Qw{qw}/Qa{qa}, ledger {ledger_id}, writer cut from {cut} of {ensemble}")
+        faults.partition([writer_host], [cluster.host_of(b) for b in cut])
+        time.sleep(rng.uniform(0.0, 4.0))  # a seeded point in the writer's stall or ensemble change
+        r = c.open_ledger(ledger_id, recovery=True)
+        end = r.last_add_confirmed
+        faults.heal()
+        healed_at = len(writer.lines)
+        writer.wait_for(lambda a: fails_after(a, healed_at) >= 3 or "done" in a.lines, 120,
+                        "the fenced writer to fail again after the heal")
+        reader = Agent(cluster.hosts[1], "read", cluster.connect_string, ledger_id)
+        acked = writer.acked()
+        assert not acked or max(acked) <= end, f"writer acked {max(acked)} beyond the recovered end {end}"
+        check_ledger(c, ledger_id, acked, [reader])
+        writer.stop()
+        check_placement(cluster)
+    finally:
+        c.close()
+
+
+def test_bookie_cut_from_zookeeper_but_not_from_clients(multihost, seed) -> None:
+    """A bookie loses ZooKeeper (its session expires, it drops out of `available`) but still serves
+    the clients that reach it; when the link heals it registers again, under a new session."""
+    rng = random.Random(seed)
+    cluster = multihost(3)
+    victim = cluster.hosts[rng.randint(1, 3)]
+    bookie_id = f"{victim.address}:3181"
+    c = client(cluster)
+    try:
+        w = c.create_ledger(3, 3, 3)  # every add needs the cut bookie: it must keep serving
+        count = 0
+
+        def append_some(n: int) -> None:
+            nonlocal count
+            for _ in range(n):
+                assert w.append(data(w.ledger_id, count)) == count
+                count += 1
+
+        append_some(20)
+        cluster.hosts.faults.isolate_from([victim], cluster.hosts.gateway, cluster.zk_port,
+                                          one_way=rng.random() < 0.5)
+        wait_until(lambda: bookie_id not in cluster.store.list_bookies(), 60, f"{bookie_id}'s session to expire")
+        append_some(20)  # still acknowledged by the unregistered bookie
+        cluster.hosts.faults.heal()
+        wait_until(lambda: bookie_id in cluster.store.list_bookies(), 60, f"{bookie_id} to register again")
+        append_some(20)
+        w.close()
+        reader = Agent(victim, "read", cluster.connect_string, w.ledger_id)
+        check_ledger(c, w.ledger_id, list(range(count)), [reader])
+        w2 = c.create_ledger(3, 3, 3)  # only 3 bookies: placement must see it again
+        assert bookie_id in w2.metadata.ensembles[0]
+        w2.append(b"after")
+        w2.close()
+        check_placement(cluster)
+    finally:
+        c.close()
+
+
+def test_asymmetric_partitions_during_recovery(multihost, seed) -> None:
+    """apache/bookkeeper #2614's shape: the writer and the recovering reader each lose a different
+    bookie (seeded: symmetric or one-way), so neither sees the whole ensemble. Recovery may fail
+    and be retried after the heal, but it must never close the ledger below an acknowledged entry."""
+    rng = random.Random(seed)
+    e, qw, qa = rng.choice(QUORUMS)
+    cluster = multihost(6, bookie_hosts=4)
+    faults, hosts = cluster.hosts.faults, cluster.hosts
+    writer_host, reader_host = hosts[5], hosts[6]
+    writer = Agent(writer_host, "write", cluster.connect_string, e, qw, qa, 1_000_000, 60)
+    writer.wait_for(lambda a: len(a.acked()) >= rng.randint(10, 40), 120, "the first acks")
+    ledger_id = int(writer.events("ledger")[0][0])
+    c = client(cluster)
+    try:
+        ensemble = current_ensemble(c, ledger_id)
+        writer_cut, reader_cut = rng.sample(ensemble, 2)
+        one_way = [rng.random() < 0.5, rng.random() < 0.5]
+        print(f"E{e}/Qw{qw}/Qa{qa}, ensemble {ensemble}; writer cut from {writer_cut} (one-way {one_way[0]}), "
+              f"reader from {reader_cut} (one-way {one_way[1]})")
+        faults.partition([writer_host], [cluster.host_of(writer_cut)], one_way=one_way[0])
+        faults.partition([reader_host], [cluster.host_of(reader_cut)], one_way=one_way[1])
+        time.sleep(rng.uniform(0.0, 3.0))
+        recoverer = Agent(reader_host, "read", cluster.connect_string, ledger_id, "--recover")
+        recoverer.wait_for(lambda a: bool(a.events("end") or a.events("fail")) or a.proc.poll() is not None,
+                           180, "the partitioned recovery to finish or fail")
+        faults.heal()
+        end = c.open_ledger(ledger_id, recovery=True).last_add_confirmed  # closed already, or closes now
+        if recoverer.events("end"):
+            assert recoverer.events("end") == [[str(end)]], "two recoveries disagree on the end"
+        healed_at = len(writer.lines)
+        writer.wait_for(lambda a: fails_after(a, healed_at) >= 3 or "done" in a.lines, 120,
+                        "the fenced writer to fail after the heal")
+        readers = [Agent(hosts[i], "read", cluster.connect_string, ledger_id) for i in (1, 5)]
+        check_ledger(c, ledger_id, writer.acked(), readers)
+        writer.stop()
+        check_placement(cluster)
+    finally:
+        c.close()
+
+
+def test_stream_writer_cut_off_and_a_second_writer_takes_over(multihost, seed) -> None:
+    """The first stream writer's host loses the bookies and ZooKeeper; a second writer on another
+    host takes the stream over (the first one's lock dies with its session, its segment is fenced).
+    Only one writer gets acks at a time: readers see the first writer's records, then the second's,
+    each acknowledged one exactly once, and the first gets nothing acknowledged after the heal."""
+    rng = random.Random(seed)
+    cluster = multihost(5, bookie_hosts=3)
+    faults, hosts = cluster.hosts.faults, cluster.hosts
+    c = client(cluster)
+    try:
+        ns = c.create_namespace("part", ensemble_size=3, write_quorum_size=3, ack_quorum_size=2)
+        first = Agent(hosts[4], "stream-write", cluster.connect_string, "part", "s", "one", 1_000_000, 90)
+        first.wait_for(lambda a: len(a.events("rec")) >= rng.randint(5, 30), 120, "the first writer's acks")
+        faults.partition([hosts[4]], [hosts[1], hosts[2], hosts[3]])
+        faults.isolate_from([hosts[4]], hosts.gateway, cluster.zk_port)
+        second = Agent(hosts[5], "stream-write", cluster.connect_string, "part", "s", "two", 40, 5)
+        second.wait_for(lambda a: "done" in a.lines, 240, "the second writer to write its records")
+        faults.heal()
+        healed_at = len(first.lines)
+        first.wait_for(lambda a: fails_after(a, healed_at) >= 3 or "done" in a.lines, 120,
+                       "the cut-off writer to fail after the heal")
+        one = [p for _d, p in first.events("rec")]
+        two = [p for _d, p in second.events("rec")]
+        assert len(two) == 40, second.lines[-5:]
+        first.stop()
+        reader = ns.open_reader("s")
+        got = [r.payload.decode() for r in reader.read_batch(max_records=100_000, timeout_ms=2_000)]
+        while (more := reader.read_batch(max_records=100_000, timeout_ms=1_000)):
+            got += [r.payload.decode() for r in more]
+        reader.close()
+        ones = [p for p in got if p.startswith("one-")]
+        assert len(set(got)) == len(got), "a record was returned twice"
+        assert got == ones + two, "the first writer's records must all come before the second's"
+        assert set(one) <= set(ones), f"acknowledged records lost: {sorted(set(one) - set(ones))[:5]}"
+        assert ones == [f"one-{i}" for i in range(len(ones))]
+        check_placement(cluster)
+    finally:
+        c.close()
+
+
+def test_whole_host_lost_during_writes_with_autorecovery(multihost, seed, tmp_path) -> None:
+    """A bookie's host dies whole while ledgers are written; the writer carries on (ensemble change),
+    autorecovery (its own process) re-replicates the dead host's fragments onto the other hosts,
+    every entry reads back from every copy, and no fragment puts two copies on one host."""
+    from autorecovery_helpers import (
+        AutoRecoveryProcess,
+        assert_every_replica_has_every_entry,
+        wait_fully_repaired,
+        write_autorecovery_conf,
+    )
+
+    rng = random.Random(seed)
+    cluster = multihost(5)
+    conf = write_autorecovery_conf(tmp_path / "autorecovery.toml")
+    c = client(cluster)
+    recovery = AutoRecoveryProcess(cluster.connect_string, conf, "ar-1", tmp_path / "autorecovery.log")
+    try:
+        recovery.wait_ready()
+        ledgers, writers = [], []
+        for _ in range(3):
+            w = c.create_ledger(3, 2, 2)
+            ledgers.append(w.ledger_id)
+            writers.append(w)
+        victim = cluster.host_of(rng.choice(current_ensemble(c, ledgers[0])))
+        per_ledger = 200
+        kill_at = rng.randint(20, per_ledger - 20)
+        for i in range(per_ledger):
+            if i == kill_at:
+                print(f"killing {victim.name} at entry {i}")
+                cluster.kill_host(victim)
+            for w in writers:
+                w.append(data(w.ledger_id, i, 200))
+        for w in writers:
+            w.close()
+        dead = f"{victim.address}:3181"
+        wait_fully_repaired(cluster.store, dead, 300)
+        for lid in ledgers:
+            assert_every_replica_has_every_entry(c, lid, per_ledger)
+            check_ledger_sized(c, lid, per_ledger)
+        check_placement(cluster)
+    finally:
+        recovery.stop()
+        c.close()
+
+
+def check_ledger_sized(c, ledger_id: int, entries: int) -> None:
+    r = c.open_ledger(ledger_id, recovery=False)
+    assert r.last_add_confirmed == entries - 1
+    assert [x.data for x in r.read(0, entries - 1)] == [data(ledger_id, i, 200) for i in range(entries)]
+
