@@ -122,8 +122,10 @@ def test_a_live_python_writer_makes_the_commit_wait_then_fail(cluster_factory):
         released.start()
         assert commit_batch(opts(sb, lock_timeout_ms=30_000), b, msgs, sweep=False)
         released.join()
-        recs = read_all(ns, "s", 2)
-        assert [(r.payload, r.txid) for r in recs] == [(b"python", 0), (b"spark", 1)]
+        with ns.open_writer("s") as after:     # a Python writer goes on after Spark's segments
+            after.write(b"python again")
+        recs = read_all(ns, "s", 3)
+        assert [(r.payload, r.txid) for r in recs] == [(b"python", 0), (b"spark", 1), (b"python again", 2)]
 
 
 def test_a_dead_writers_segment_is_sealed_first_and_a_stale_attempt_is_collected(cluster_factory):
