@@ -100,6 +100,8 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="extra Spark setting")
     ap.add_argument("--http-port", type=int, default=0, help="the driver's /metrics and admin API (0 = off)")
     ap.add_argument("--http-host", default="127.0.0.1", help="address the driver's admin API binds")
+    ap.add_argument("--bookie-http-base-port", type=int, default=0,
+                    help="slot k's bookie serves /metrics and the admin API on base+k (0 = off)")
 
 
 def config_from_args(args: argparse.Namespace) -> ClusterAppConfig:
@@ -116,7 +118,7 @@ def config_from_args(args: argparse.Namespace) -> ClusterAppConfig:
         autorecovery=args.autorecovery,
         autorecovery_settings=_read_toml_table(args.autorecovery_conf, "autorecovery"),
         heartbeat_interval_ms=int(args.heartbeat_interval_s * 1000),
-        zk_session_timeout_ms=args.zk_session_timeout_ms).validate()
+        zk_session_timeout_ms=args.zk_session_timeout_ms, http_base_port=args.bookie_http_base_port).validate()
     _check_bookie_settings(hosting)
     return ClusterAppConfig(hosting=hosting, master=args.master, spark_conf=tuple(confs),
                             task_max_failures=args.task_max_failures,

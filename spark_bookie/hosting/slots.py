@@ -104,6 +104,7 @@ class HostingConfig:
     start_retry_delay_ms_max: int = 30_000
     stop_grace_ms: int = 5_000
     zk_session_timeout_ms: int = 10_000
+    http_base_port: int = 0  # slot k's bookie serves /metrics and the admin API on base + k; 0 = off
 
     def validate(self) -> HostingConfig:
         from spark_bookie.errors import ConfigError
@@ -113,6 +114,9 @@ class HostingConfig:
             problems.append(f"bookies must be >= 1, not {self.bookies}")
         if not (0 < self.base_port and self.base_port + self.bookies - 1 < 65536):
             problems.append(f"ports {self.base_port}..{self.base_port + self.bookies - 1} are not all in 1..65535")
+        if self.http_base_port and not (0 < self.http_base_port and self.http_base_port + self.bookies - 1 < 65536):
+            problems.append(f"http ports {self.http_base_port}..{self.http_base_port + self.bookies - 1} are not "
+                            "all in 1..65535")
         if not self.data_root:
             problems.append("data_root is empty")
         if not self.name or "/" in self.name or self.name in (".", ".."):
@@ -330,6 +334,7 @@ class SlotRunner:
         self.stop_requested = threading.Event()
         self.bookie: _BookieLike | None = None
         self.recovery: _Recovery | None = None
+        self.admin: Any = None  # spark_bookie.http's server of this slot's bookie (http_base_port)
         self._retry_delay_s = 1.0
         self._next_start = 0.0
 
@@ -397,6 +402,7 @@ class SlotRunner:
         log.info("slot %d: bookie %s serving (location %s)", self.slot, bookie.bookie_id,
                  self.status.network_location)
         self._start_recovery()
+        self._start_admin(bookie)
         self.report(SERVING)
 
     def _start_recovery(self) -> None:
@@ -417,6 +423,21 @@ class SlotRunner:
             return
         self.recovery = ar
         self.status.autorecovery = "worker"
+
+    def _start_admin(self, bookie: Any) -> None:
+        """The bookie's /metrics and admin API on http_base_port + slot; a port that cannot be
+        bound is logged and the bookie serves on without it."""
+        if not self.cfg.http_base_port:
+            return
+        from spark_bookie.http.process import serve_bookie
+
+        port = self.cfg.http_base_port + self.slot
+        try:
+            self.admin = serve_bookie(bookie, port)
+        except OSError as e:
+            log.error("slot %d: no HTTP admin on port %d: %s", self.slot, port, e)
+            return
+        log.info("slot %d: bookie %s http admin on %s", self.slot, bookie.bookie_id, self.admin.url)
 
     def _registered(self) -> bool:
         if self.bookie is None:
@@ -444,6 +465,12 @@ class SlotRunner:
 
     def shutdown(self) -> None:
         self.report(STOPPING)
+        if self.admin is not None:
+            try:
+                self.admin.stop()
+            except Exception:
+                log.exception("slot %d: stopping the HTTP admin failed", self.slot)
+            self.admin = None
         if self.recovery is not None:
             try:
                 self.recovery.stop()

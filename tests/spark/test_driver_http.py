@@ -14,7 +14,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from spark_bookie.local.sandbox import SparkSandbox
-from spark_bookie.local.zookeeper import free_port
+from spark_bookie.local.zookeeper import free_port, free_port_range
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -40,13 +40,16 @@ def _get(url: str) -> tuple[int, str]:
 def _samples(url: str) -> dict[str, float]:
     status, text = _get(url + "/metrics")
     assert status == 200
-    return {s.name: s.value for f in text_string_to_metric_families(text) for s in f.samples if not s.labels}
+    return {s.name + "".join(f"|{k}={v}" for k, v in sorted(s.labels.items())): s.value
+            for f in text_string_to_metric_families(text) for s in f.samples}
 
 
 def test_driver_serves_metrics_and_admin_api(tmp_path):
-    port = free_port()
+    port, bookie_base = free_port(), free_port_range(2)
     url = f"http://127.0.0.1:{port}"
-    with SparkSandbox(tmp_path, 2, extra_args=["--http-port", str(port)]) as sb:
+    bookie_urls = [f"http://127.0.0.1:{bookie_base + k}" for k in range(2)]
+    args = ["--http-port", str(port), "--bookie-http-base-port", str(bookie_base)]
+    with SparkSandbox(tmp_path, 2, extra_args=args) as sb:
         wait_until(lambda: _samples(url).get("bookie_cluster_SLOTS_SERVING") == 2.0, 120, "two slots serving")
         m = _samples(url)
         assert m["bookie_cluster_BOOKIES_WANTED"] == 2.0 and m["bookie_cluster_WRITABLE_BOOKIES"] == 2.0
@@ -58,3 +61,15 @@ def test_driver_serves_metrics_and_admin_api(tmp_path):
         status, body = _get(url + "/api/v1/autorecovery/who_is_auditor")
         assert status == 200 and json.loads(body)["Auditor"].startswith("driver:")
         assert _get(url + "/api/v1/bookie/state")[0] == 404  # no bookie in the driver itself
+        # the executors' bookies, each on base + slot
+        from ledger_client import LedgerClient
+
+        with LedgerClient(sb.connect_string) as c:
+            w = c.create_ledger(2, 2, 2)
+            for i in range(10):
+                w.append(b"%d" % i)
+            w.close()
+        added = sum(_samples(u)["bookkeeper_server_ADD_ENTRY_REQUEST_total|success=true"] for u in bookie_urls)
+        assert added == 20
+        for u in bookie_urls:
+            assert _samples(u)["bookie_SERVER_STATUS"] == 1.0 and _get(u + "/api/v1/bookie/is_ready")[0] == 200
