@@ -72,7 +72,9 @@ def _starting(raw: str) -> tuple[str, tuple[tuple[str, DLSN], ...]]:
         raise IncorrectParameterError(f"option startingOffsets must be earliest, latest or a JSON object "
                                       f'{{"ns/stream": "segment/entry/slot"}}, not {raw!r}')
     for k in obj:
-        parse_stream_patterns(k)
+        ((a, b),) = parse_stream_patterns(k) if "," not in k else ((k, "*"),)
+        if any(c in a + b for c in "*?[!]"):
+            raise IncorrectParameterError(f"option startingOffsets: {k!r} must name one stream (ns/name), not a glob")
     return "json", tuple(sorted((str(k), DLSN.parse(v)) for k, v in obj.items()))
 
 

@@ -177,3 +177,40 @@ def test_streaming_read_picks_up_new_streams_tiering_and_restarts(spark, cluster
         late = spark.createDataFrame(sorted(log.rows[before:]), ROWS)
         assert_df_equality(ordered(spark.read.parquet(str(tmp_path / "out2"))), late)
         orders.close()
+
+
+def wait_for(cond, timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.2)
+
+
+def test_streaming_read_tails_a_live_writer_while_segments_are_tiered(spark, cluster_factory, tmp_path):
+    sb = cluster_factory(3)
+    zk, table, log = sb.connect_string, str(tmp_path / "tier"), Log()
+    out, ck = str(tmp_path / "out"), str(tmp_path / "ck")
+    with _client(sb) as c:
+        pay = c.create_namespace("pay", segment_rolling_bytes=3_000, output_buffer_bytes=500)
+        w = pay.open_writer("live")
+        q = (spark.readStream.format("ledger").option("zk", zk).option("streams", "pay/live").load()
+             .writeStream.format("parquet").option("path", out).option("checkpointLocation", ck)
+             .trigger(processingTime="1 second").start())
+        try:
+            def seen() -> int:
+                return sum(p["numInputRows"] for p in q.recentProgress)
+
+            for r in range(6):   # the query reads while the writer goes on and tiering moves segments
+                before = seen()
+                log.write(w, "pay/live", range(r * 100, r * 100 + 100))
+                if r % 2:
+                    tier_streams(TieringConfig(zk, table, "pay/live"))
+                wait_for(lambda b=before: seen() > b, 120, f"round {r} to be read")
+            visible(c, pay, log, "live")
+            wait_for(lambda: seen() >= len(log.rows), 120, "every record to be read")
+        finally:
+            q.stop()
+        assert {s.state for s in pay.stream_info("live").segments} >= {"tiered", "in_progress"}
+        assert_df_equality(ordered(spark.read.parquet(out)), log.df(spark))
+        w.close()

@@ -46,6 +46,8 @@ def test_options_patterns_and_starting_offsets():
     for bad in ({"zk": "z"}, {"zk": "z", "streams": "noslash"}, {"zk": "z", "streams": " , "},
                 {"zk": "z", "streams": "a/b/c"}, {"zk": "z", "streams": "a/b", "startingOffsets": "never"},
                 {"zk": "z", "streams": "a/b", "startingOffsets": '{"a/b": "0/0/0"}'},
+                {"zk": "z", "streams": "a/b", "startingOffsets": '{"a/*": "1/0/0"}'},
+                {"zk": "z", "streams": "a/b", "startingOffsets": '{"a/b,c/d": "1/0/0"}'},
                 {"zk": "z", "streams": "a/b", "decode": "json"}, {"streams": "a/b"}):
         with pytest.raises(IncorrectParameterError):
             StreamSourceOptions.parse(bad, env={})
