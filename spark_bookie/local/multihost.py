@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -152,3 +153,24 @@ class MultiHostCluster:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def run_hosts_sandbox(root: str | Path, hosts: int, wait: Callable[[], object], *,
+                      mode: str = "auto") -> int:
+    """`spark-bookie sandbox --hosts N`: a bookie on each of N hosts, ZooKeeper on the gateway; print
+    where everything is and how to run a command inside a host, then wait for ``wait`` to return."""
+    with MultiHostCluster(Path(root) / "hosts-sandbox", hosts, mode=mode) as cluster:
+        h = cluster.hosts
+        if h.mode == NETNS:
+            print(f"sandbox up on {hosts} hosts (network namespaces on bridge {h.bridge}, "
+                  f"gateway {h.gateway})", flush=True)
+        else:
+            print(f"sandbox up on {hosts} loopback hosts: no network namespaces here ({h.reason}); "
+                  "partitions cannot be made", flush=True)
+        for host in h:
+            where = f"ip netns exec {host.netns} COMMAND" if host.netns else "(runs on this machine)"
+            ids = ", ".join(b.bookie_id for b in cluster.bookies_on(host))
+            print(f"host {host.name} {host.address}: bookie {ids}; {where}", flush=True)
+        print(f"export SPARK_BOOKIE_ZK={cluster.connect_string}", flush=True)
+        wait()
+    return 0

@@ -140,6 +140,41 @@ def test_asymmetric_partitions_during_recovery(multihost, seed) -> None:
         c.close()
 
 
+def test_writer_cut_from_zookeeper_in_the_middle_of_an_ensemble_change(multihost, seed) -> None:
+    """The writer loses a bookie of its ensemble and ZooKeeper at once: its ensemble change cannot
+    write the metadata. Healed after a seeded delay (before or after its session's 4 s timeout),
+    the writer either finishes the change and goes on or fails; either way no acknowledged entry is
+    lost, the recovered end covers every ack, and the new fragment is on distinct hosts."""
+    rng = random.Random(seed)
+    e, qw, qa = rng.choice(QUORUMS)
+    cluster = multihost(5, bookie_hosts=4)
+    faults, hosts = cluster.hosts.faults, cluster.hosts
+    writer = Agent(hosts[5], "write", cluster.connect_string, e, qw, qa, 1_000_000, 30)
+    writer.wait_for(lambda a: len(a.acked()) >= rng.randint(10, 40), 120, "the first acks")
+    ledger_id = int(writer.events("ledger")[0][0])
+    c = client(cluster)
+    try:
+        lost = rng.choice(current_ensemble(c, ledger_id))
+        outage_s = rng.uniform(1.0, 8.0)
+        print(f"E{e}/Qw{qw}/Qa{qa}: writer cut from {lost} and ZooKeeper for {outage_s:.1f} s")
+        faults.isolate_from([hosts[5]], hosts.gateway, cluster.zk_port)
+        faults.partition([hosts[5]], [cluster.host_of(lost)])
+        time.sleep(outage_s)  # the outage's seeded length is the point of the test
+        faults.heal()
+        acked_at_heal = len(writer.acked())
+        writer.wait_for(lambda a: len(a.acked()) >= acked_at_heal + 20 or bool(a.events("fail")), 180,
+                        "the writer to go on or fail after the heal")
+        end = c.open_ledger(ledger_id, recovery=True).last_add_confirmed
+        writer.wait_for(lambda a: bool(a.events("fail")), 120, "the fenced writer to fail")
+        assert max(writer.acked()) <= end
+        reader = Agent(hosts[1], "read", cluster.connect_string, ledger_id)
+        check_ledger(c, ledger_id, writer.acked(), [reader])
+        writer.stop()
+        check_placement(cluster)
+    finally:
+        c.close()
+
+
 def test_stream_writer_cut_off_and_a_second_writer_takes_over(multihost, seed) -> None:
     """The first stream writer's host loses the bookies and ZooKeeper; a second writer on another
     host takes the stream over (the first one's lock dies with its session, its segment is fenced).
