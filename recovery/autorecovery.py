@@ -15,6 +15,7 @@ started before ZooKeeper is reachable still joins in once it is.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 from typing import Any
@@ -35,15 +36,20 @@ CONNECT_RETRY_S = 2.0
 
 class AutoRecovery:
     def __init__(self, zk_connect: str, config: AutoRecoveryConfig | None = None, *, candidate_id: str,
-                 run_auditor: bool = True, run_worker: bool = True, tier_step: TierStep | None = None) -> None:
+                 run_auditor: bool = True, run_worker: bool = True, tier_step: TierStep | None = None,
+                 client_config: ClientConfig | None = None) -> None:
         """``tier_step``: how old sealed segments of namespaces with ``tier_after_ms`` are tiered
-        into Delta by the auditor's stream maintenance (the Spark jobs provide one)."""
+        into Delta by the auditor's stream maintenance (the Spark jobs provide one).
+        ``client_config``: the credentials (zk_auth, auth token, TLS) the worker's client and the
+        metadata session present on a secured cluster, as every other client's (docs/security.md);
+        its timeouts are replaced by this config's."""
         if not candidate_id:
             raise ValueError("candidate_id must be a non-empty string (e.g. the bookie id)")
         if not zk_connect.startswith("memory://"):
             parse_connect_string(zk_connect)   # a malformed string fails here, not in a thread
         self.zk_connect = zk_connect
         self.config = config or AutoRecoveryConfig()
+        self.client_config = client_config or ClientConfig()
         self.candidate_id = candidate_id
         self.run_auditor = run_auditor
         self.run_worker = run_worker
@@ -125,7 +131,8 @@ class AutoRecovery:
         while not self._stopped.is_set():
             try:
                 store = connect_metadata(self.zk_connect, session_timeout_ms=cfg.zk_session_timeout_ms,
-                                         connect_timeout_ms=cfg.zk_connect_timeout_ms)
+                                         connect_timeout_ms=cfg.zk_connect_timeout_ms,
+                                         zk_auth=self.client_config.zk_auth)
             except MetadataError as e:
                 log.warning("autorecovery: cannot reach ZooKeeper at %s yet: %s", self.zk_connect, e)
                 self._stopped.wait(CONNECT_RETRY_S)
@@ -142,10 +149,10 @@ class AutoRecovery:
 
     def _run_on(self, store: MetadataStore) -> None:
         cfg = self.config
-        client_cfg = ClientConfig(zk_session_timeout_ms=cfg.zk_session_timeout_ms,
-                                  zk_connect_timeout_ms=cfg.zk_connect_timeout_ms,
-                                  read_timeout_ms=cfg.bookie_timeout_ms, add_timeout_ms=cfg.bookie_timeout_ms,
-                                  operation_timeout_ms=cfg.recovery_operation_timeout_ms)
+        client_cfg = dataclasses.replace(self.client_config, zk_session_timeout_ms=cfg.zk_session_timeout_ms,
+                                         zk_connect_timeout_ms=cfg.zk_connect_timeout_ms,
+                                         read_timeout_ms=cfg.bookie_timeout_ms, add_timeout_ms=cfg.bookie_timeout_ms,
+                                         operation_timeout_ms=cfg.recovery_operation_timeout_ms)
         client = LedgerClient(self.zk_connect, config=client_cfg, metadata_store=store)
         with self._lock:
             self.store, self.client = store, client

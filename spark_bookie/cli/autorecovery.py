@@ -9,6 +9,7 @@ The logic lives in the ``recovery`` package; it is imported inside the functions
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import socket
 import sys
@@ -37,14 +38,16 @@ def add_autorecovery_parser(p: argparse.ArgumentParser, zk_default: str) -> None
 
 def run_autorecovery(args: argparse.Namespace) -> int:
     """Auditor candidate + replication worker in the foreground until SIGTERM/SIGINT."""
+    from ledger_client.errors import LedgerError
     from recovery import AutoRecovery, RecoveryError, load_autorecovery_config
-    from spark_bookie.cli.common import wait_for_signal
+    from spark_bookie.cli.common import client_config, wait_for_signal
 
     try:
         cfg = load_autorecovery_config(args.conf)
         ar = AutoRecovery(args.zk, cfg, candidate_id=args.id or f"{socket.gethostname()}:{os.getpid()}",
-                          run_auditor=not args.no_auditor, run_worker=not args.no_worker)
-    except (RecoveryError, ValueError) as e:
+                          run_auditor=not args.no_auditor, run_worker=not args.no_worker,
+                          client_config=client_config(getattr(args, "client_conf", None)))
+    except (RecoveryError, ValueError, LedgerError) as e:
         print(f"{PROG}: error: {e}", file=sys.stderr)
         return 2
     from spark_bookie.cli.logs import set_log_identity
@@ -80,15 +83,21 @@ def run_autorecovery(args: argparse.Namespace) -> int:
 
 def start_beside_bookie(cfg: BookieConfig) -> AutoRecovery:
     """The autorecovery daemon of a bookie process: auditor candidate + worker, the bookie id as
-    candidate id. ConfigError (a BookieError) for a bad ``autorecovery_conf``."""
+    candidate id; its client presents the bookie's ``client_conf`` (or the bookie's own zk_auth).
+    ConfigError (a BookieError) for a bad ``autorecovery_conf`` or ``client_conf``."""
+    from ledger_client.errors import LedgerError
     from recovery import AutoRecovery, RecoveryConfigError, load_autorecovery_config
+    from spark_bookie.cli.common import client_config
     from spark_bookie.errors import ConfigError
 
     try:
         ar_cfg = load_autorecovery_config(cfg.autorecovery_conf or None)
-    except RecoveryConfigError as e:
+        client_cfg = client_config(cfg.client_conf or None)
+        if cfg.zk_auth and not client_cfg.zk_auth:
+            client_cfg = dataclasses.replace(client_cfg, zk_auth=cfg.zk_auth)
+    except (RecoveryConfigError, LedgerError) as e:
         raise ConfigError(str(e)) from e
-    ar = AutoRecovery(cfg.zk_connect, ar_cfg, candidate_id=cfg.bookie_id)
+    ar = AutoRecovery(cfg.zk_connect, ar_cfg, candidate_id=cfg.bookie_id, client_config=client_cfg)
     ar.start()
     return ar
 

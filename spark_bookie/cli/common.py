@@ -9,12 +9,31 @@ import signal
 import sys
 import threading
 from types import FrameType
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ledger_client import ClientConfig
 
 DEFAULT_ZK = "127.0.0.1:2181"
 
 
 def zk_default() -> str:
     return os.environ.get("SPARK_BOOKIE_ZK", DEFAULT_ZK)
+
+
+def client_conf_default() -> str | None:
+    return os.environ.get("SPARK_BOOKIE_CLIENT_CONF") or None
+
+
+def client_config(path: str | None, **overrides: Any) -> ClientConfig:
+    """The client settings of a command: the ``[client]`` table of ``--client-conf`` /
+    $SPARK_BOOKIE_CLIENT_CONF (credentials of a secured cluster: zk_auth, token, TLS) with the
+    command's own `overrides`; IncorrectParameterError (a LedgerError) for a bad file."""
+    from ledger_client import ClientConfig
+
+    if path:
+        return ClientConfig.from_toml(path, **overrides)
+    return ClientConfig(**overrides)
 
 
 def setup_logging(verbose: bool) -> None:

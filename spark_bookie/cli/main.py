@@ -12,7 +12,15 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 
-from spark_bookie.cli.common import DEFAULT_ZK, fail, setup_logging, wait_for_signal, zk_default
+from spark_bookie.cli.common import (
+    DEFAULT_ZK,
+    client_conf_default,
+    client_config,
+    fail,
+    setup_logging,
+    wait_for_signal,
+    zk_default,
+)
 
 # ---------------------------------------------------------------------- subcommands
 
@@ -23,16 +31,17 @@ def cmd_zookeeper(args: argparse.Namespace) -> int:
 
 
 def cmd_init(args: argparse.Namespace) -> int:
+    from ledger_client import errors
     from metadata import MetadataError
     from metadata import connect as connect_metadata
 
     try:
-        store = connect_metadata(args.zk)
+        store = connect_metadata(args.zk, zk_auth=client_config(args.client_conf).zk_auth)
         try:
             print(f"cluster initialised: instance id {store.init_cluster()}")
         finally:
             store.close()
-    except MetadataError as e:
+    except (MetadataError, errors.LedgerError) as e:
         return fail(f"cannot initialise the cluster at {args.zk}: {e}")
     return 0
 
@@ -161,6 +170,9 @@ def cmd_deploy(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="spark-bookie", description=__doc__)
     ap.add_argument("-v", "--verbose", action="store_true")
+    ap.add_argument("--client-conf", default=client_conf_default(), metavar="PATH",
+                    help="client TOML ([client] table: zk_auth, auth_token(_file), tls_*) for secured clusters; "
+                         "default $SPARK_BOOKIE_CLIENT_CONF")
     ap.add_argument("--log-format", choices=("text", "json"), default="text",
                     help="json: one JSON object per log line, with the bookie id in each (spark_bookie/cli/logs.py)")
     sub = ap.add_subparsers(dest="command", required=True)

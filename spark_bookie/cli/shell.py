@@ -293,9 +293,24 @@ def add_shell_parser(p: argparse.ArgumentParser, zk_default: str) -> None:
     c = _command(sub, "decommission", cmd_decommission,
                  "move every ledger off a bookie, then delete its cookie", json_flag=True)
     add_drain_arguments(c, force=False)
+    _command(sub, "secure-metadata", cmd_secure_metadata,
+             "put the --client-conf's zk_auth digest ACL on the root and every node under it")
     from spark_bookie.cli.shell_underreplication import add_underreplication_commands
 
     add_underreplication_commands(sub, _command)
+
+
+def cmd_secure_metadata(client: LedgerClient, args: argparse.Namespace) -> int:
+    """Move an open cluster to a secured one (docs/security.md): every process must then use the
+    same zk_auth, or it can read nothing."""
+    if not client.config.zk_auth:
+        raise ShellError("secure-metadata needs zk_auth in the client config (--client-conf or "
+                         "$SPARK_BOOKIE_CLIENT_CONF): the credentials to grant")
+    secure = getattr(client.store, "secure_tree", None)
+    if secure is None:
+        raise ShellError("secure-metadata works on ZooKeeper metadata only")
+    print(f"secured {secure()} znodes under {args.zk}")
+    return 0
 
 
 def _fail(message: str) -> int:
@@ -305,16 +320,17 @@ def _fail(message: str) -> int:
 
 def run_shell(args: argparse.Namespace) -> int:
     """Connect, run the chosen command, and turn every typed error into exit status 2."""
-    from ledger_client import ClientConfig, LedgerClient, errors
+    from ledger_client import LedgerClient, errors
     from metadata import MetadataError
+    from spark_bookie.cli.common import client_config
 
     if not getattr(args, "verbose", False):
         logging.getLogger().setLevel(logging.WARNING)  # client INFO chatter is not shell output
         logging.getLogger("kazoo").setLevel(logging.CRITICAL)  # its retries repeat our one error
     func: ShellFunc = args.shell_func
     try:
-        config = ClientConfig(zk_connect_timeout_ms=ZK_CONNECT_TIMEOUT_MS,
-                              zk_session_timeout_ms=ZK_SESSION_TIMEOUT_MS)
+        config = client_config(getattr(args, "client_conf", None), zk_connect_timeout_ms=ZK_CONNECT_TIMEOUT_MS,
+                               zk_session_timeout_ms=ZK_SESSION_TIMEOUT_MS)
         with LedgerClient(args.zk, config=config) as client:
             return func(client, args)
     except (errors.LedgerError, MetadataError, ShellError, TimeoutError) as e:

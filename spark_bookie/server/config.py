@@ -71,6 +71,7 @@ class BookieConfig:
     # ---- autorecovery (BookKeeper's autoRecoveryDaemonEnabled)
     autorecovery_enabled: bool = False          # run an auditor candidate + replication worker beside the bookie
     autorecovery_conf: str = ""                 # its TOML (conf/autorecovery.toml); empty = defaults
+    client_conf: str = ""                       # client TOML (credentials) of that autorecovery; empty = defaults
     # ---- operations
     http_port: int = 0                          # HTTP admin API and /metrics (spark_bookie.http); 0 = off
     metrics_enabled: bool = True                # count adds, reads, journal groups, GC (server/metrics.py)

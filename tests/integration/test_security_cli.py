@@ -1,0 +1,95 @@
+"""A secured cluster end to end from the command line and the bookies' own autorecovery (DESIGN
+§4.8): `--client-conf` / $SPARK_BOOKIE_CLIENT_CONF carries zk_auth and the token to every shell
+command, `shell secure-metadata` moves an open cluster to a secured one, and the replication
+worker beside each bookie re-replicates with the same credentials."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from autorecovery_helpers import ledgers_naming, wait_fully_repaired, write_autorecovery_conf, write_ledger
+from client_helpers import bookie_of
+from kazoo.client import KazooClient
+from kazoo.exceptions import NoAuthError
+
+from ledger_client import ClientConfig, LedgerClient
+from metadata import connect, parse_connect_string
+from spark_bookie.server.auth import mint_token
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2]
+SECRET = b"the-cluster-token-secret-0123456789abcdef"
+ZK_AUTH = "spark-bookie:zk-s3cret"
+
+
+def _write_client_conf(path: Path, **values: str) -> Path:
+    path.write_text("[client]\n" + "".join(f'{k} = "{v}"\n' for k, v in values.items()))
+    return path
+
+
+def _cli(*args: str, client_conf: Path | None = None, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("SPARK_BOOKIE_ZK", "SPARK_BOOKIE_CLIENT_CONF")}
+    if client_conf is not None:
+        env["SPARK_BOOKIE_CLIENT_CONF"] = str(client_conf)
+    return subprocess.run([sys.executable, "-m", "spark_bookie.cli", *args], capture_output=True, text=True,
+                          timeout=timeout, cwd=REPO, env=env)
+
+
+def _secured(cluster_factory, tmp_path: Path, bookies: int, **settings: object):
+    secret = tmp_path / "secret"
+    secret.write_bytes(SECRET)
+    conf = _write_client_conf(tmp_path / "client.toml", zk_auth=ZK_AUTH,
+                              auth_token=mint_token(SECRET, "ops", "admin", ttl_s=3600))
+    sb = cluster_factory(bookies, zk_auth=ZK_AUTH, auth_enabled=True, auth_token_secret_path=str(secret),
+                         client_conf=str(conf), **settings)
+    return sb, conf
+
+
+def test_shell_with_client_conf_on_a_cluster_secured_in_place(cluster_factory, tmp_path):
+    sb, conf = _secured(cluster_factory, tmp_path, 1)
+    zk = sb.connect_string
+    no_token = _write_client_conf(tmp_path / "zk-only.toml", zk_auth=ZK_AUTH)
+
+    done = _cli("shell", "--zk", zk, "secure-metadata", client_conf=conf)
+    assert done.returncode == 0, done.stderr
+    assert "secured" in done.stdout
+    info = parse_connect_string(zk)
+    kz = KazooClient(hosts=info.hosts_string)
+    kz.start(timeout=10)
+    try:
+        with pytest.raises(NoAuthError):
+            kz.get_children(info.root)
+    finally:
+        kz.stop()
+        kz.close()
+
+    ok = _cli("--client-conf", str(conf), "shell", "--zk", zk, "simpletest", "--entries", "20", "--ensemble", "1",
+              "--write-quorum", "1", "--ack-quorum", "1")
+    assert ok.returncode == 0, ok.stderr
+    for refused, fragment in ((_cli("shell", "--zk", zk, "listledgers"), "zk_auth"),   # no zk_auth: NoAuth
+                              (_cli("shell", "--zk", zk, "simpletest", "--ensemble", "1", "--write-quorum", "1",
+                                    "--ack-quorum", "1", client_conf=no_token), "UNAUTHENTICATED")):
+        assert refused.returncode == 2, refused.stdout + refused.stderr
+        assert "Traceback" not in refused.stderr and fragment in refused.stderr, refused.stderr
+    with LedgerClient(zk, config=ClientConfig.from_toml(conf)) as c:
+        assert list(c.list_ledgers())
+
+
+def test_bookies_autorecovery_rereplicates_with_the_client_conf_credentials(cluster_factory, tmp_path):
+    ar_conf = write_autorecovery_conf(tmp_path / "autorecovery.toml")
+    sb, conf = _secured(cluster_factory, tmp_path, 3, autorecovery_enabled=True, autorecovery_conf=str(ar_conf))
+    cfg = ClientConfig.from_toml(conf)
+    with connect(sb.connect_string, zk_auth=ZK_AUTH) as store, LedgerClient(sb.connect_string, config=cfg) as c:
+        store.set_lost_bookie_recovery_delay_s(0)
+        lid, _ = write_ledger(c, 50, close=True, e=2, qw=2, qa=2)
+        victim = c.ledger_metadata(lid).ensembles[0][0]
+        bookie_of(sb, victim).kill()
+        wait_fully_repaired(store, victim, timeout_s=120)
+        assert ledgers_naming(store, victim) == []
+        r = c.open_ledger(lid, b"", recovery=False)
+        assert len(r.read(0, 49)) == 50
