@@ -105,6 +105,10 @@ def cmd_sandbox(args: argparse.Namespace) -> int:
     from spark_bookie.local.sandbox import Sandbox
 
     root = args.root or os.path.join(os.getcwd(), ".sandbox")
+    if args.hosts:
+        from spark_bookie.local.multihost import run_hosts_sandbox
+
+        return run_hosts_sandbox(root, args.hosts, wait_for_signal)
     if args.spark:
         if args.demo:
             from spark_bookie.local.spark_demo import run_spark_demo
@@ -209,6 +213,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="host the bookies in Spark executors (jobs/bookie_cluster.py on local-cluster[N,1,1024])")
     p.add_argument("--http", action="store_true", help="every bookie serves /metrics and the admin API on a port "
                    "of its own (printed)")
+    p.add_argument("--hosts", type=int, default=0, help="N hosts (network namespaces as root, else loopback "
+                   "addresses), a bookie on each; see docs/hosts.md")
     p.set_defaults(func=cmd_sandbox)
 
     from spark_bookie.cli.cluster import add_cluster_parser
