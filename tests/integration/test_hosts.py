@@ -164,3 +164,39 @@ def test_loopback_fallback_gives_distinct_addresses(tmp_path) -> None:
         p = hosts[1].popen([sys.executable, "-c", "import time; time.sleep(60)"])
         hosts.kill(hosts[1])
         assert p.poll() is not None
+
+
+def test_sandbox_hosts_command(tmp_path) -> None:
+    """`spark-bookie sandbox --hosts 3` prints its hosts and connect string, serves, and removes its
+    namespaces when stopped with Ctrl-C."""
+    import os
+    import signal
+
+    from host_helpers import require_namespaces
+
+    from ledger_client import LedgerClient
+
+    require_namespaces()
+    proc = subprocess.Popen([sys.executable, "-m", "spark_bookie.cli", "sandbox", "--hosts", "3", "--root",
+                             str(tmp_path)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    lines: list[str] = []
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.append(line.strip())
+            if line.startswith("export SPARK_BOOKIE_ZK="):
+                break
+        zk = lines[-1].split("=", 1)[1]
+        namespaces = [line.split("ip netns exec ")[1].split()[0] for line in lines if line.startswith("host ")]
+        assert len(namespaces) == 3, lines
+        with LedgerClient(zk) as c:
+            w = c.create_ledger(3, 3, 2)
+            w.append(b"hosts")
+            w.close()
+    finally:
+        os.killpg(proc.pid, signal.SIGINT)
+        proc.wait(120)
+    assert proc.returncode == 0, lines
+    listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    assert not any(ns in listed for ns in namespaces)
