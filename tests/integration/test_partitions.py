@@ -265,3 +265,59 @@ def check_ledger_sized(c, ledger_id: int, entries: int) -> None:
     assert r.last_add_confirmed == entries - 1
     assert [x.data for x in r.read(0, entries - 1)] == [data(ledger_id, i, 200) for i in range(entries)]
 
+
+
+def random_fault(rng: random.Random, cluster, pool: list) -> str:
+    """Inject one seeded fault among ``pool``'s hosts; returns what it did (for the log)."""
+    faults, hosts = cluster.hosts.faults, cluster.hosts
+    kind = rng.choice(["partition", "one-way", "zookeeper", "loss"])
+    picked = rng.sample(pool, rng.randint(2, len(pool)))
+    split = rng.randint(1, len(picked) - 1)
+    a, b = picked[:split], picked[split:]
+    if kind in ("partition", "one-way"):
+        faults.partition(a, b, one_way=kind == "one-way")
+        return f"{kind} {[h.name for h in a]} | {[h.name for h in b]}"
+    if kind == "zookeeper":
+        faults.isolate_from(a, hosts.gateway, cluster.zk_port, one_way=rng.random() < 0.5)
+        return f"zookeeper cut from {[h.name for h in a]}"
+    percent = rng.choice([1, 5, 20])
+    faults.loss(a, percent)
+    return f"loss {percent}% on {[h.name for h in a]}"
+
+
+@pytest.mark.slow
+def test_random_faults_against_writers_and_recoveries(multihost, seed) -> None:
+    """A seeded schedule of partitions (symmetric, one-way, from ZooKeeper) and loss among bookies,
+    a writer and a recovering reader, several rounds: after each, the ledger closes at or above every
+    ack, every entry reads back, and readers on other hosts agree on the end."""
+    rng = random.Random(seed)
+    cluster = multihost(7, bookie_hosts=5)
+    hosts = cluster.hosts
+    c = client(cluster)
+    try:
+        for round_no in range(4):
+            e, qw, qa = rng.choice(QUORUMS)
+            writer = Agent(hosts[6], "write", cluster.connect_string, e, qw, qa, 1_000_000, 20)
+            writer.wait_for(lambda a: len(a.acked()) >= 5, 120, "the first acks")
+            ledger_id = int(writer.events("ledger")[0][0])
+            for _ in range(rng.randint(2, 5)):
+                did = random_fault(rng, cluster, list(hosts))
+                print(f"round {round_no} ledger {ledger_id} E{e}/Qw{qw}/Qa{qa}: {did}")
+                time.sleep(rng.uniform(0.5, 4.0))  # the seeded schedule is the test
+                if rng.random() < 0.4:
+                    hosts.faults.heal()
+            recoverer = Agent(hosts[7], "read", cluster.connect_string, ledger_id, "--recover")
+            recoverer.wait_for(lambda a: bool(a.events("end") or a.events("fail")) or a.proc.poll() is not None,
+                               180, "the recovery under faults to finish or fail")
+            hosts.faults.heal()
+            end = c.open_ledger(ledger_id, recovery=True).last_add_confirmed
+            if recoverer.events("end"):
+                assert recoverer.events("end") == [[str(end)]], "two recoveries disagree on the end"
+            writer.wait_for(lambda a: "done" in a.lines or bool(a.events("fail")), 180, "the writer to stop")
+            readers = [Agent(hosts[i], "read", cluster.connect_string, ledger_id) for i in (1, 6)]
+            check_ledger(c, ledger_id, writer.acked(), readers)
+            writer.stop()
+            recoverer.stop()
+        check_placement(cluster)
+    finally:
+        c.close()
