@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from prometheus_client import CollectorRegistry
 
 from ledger_client import errors as lerr
+from metadata import MetadataError
 from spark_bookie.http.params import (
     ApiError,
     bookie_id_param,
@@ -290,7 +291,12 @@ def ledger_delete(ctx: AdminContext, req: Request) -> Response:
 def build_routes(ctx: AdminContext) -> Routes:
     """Every endpoint, bound to ``ctx``: path -> {method: handler}."""
     def bind(fn: Callable[[AdminContext, Request], Response]) -> Callable[[Request], Response]:
-        return lambda req: fn(ctx, req)
+        def handle(req: Request) -> Response:
+            try:
+                return fn(ctx, req)
+            except (MetadataError, lerr.LedgerError) as e:  # ZooKeeper or bookies away: try again later
+                raise ApiError(503, f"{type(e).__name__}: {e}") from e
+        return handle
 
     api = "/api/v1"
     return {

@@ -153,3 +153,37 @@ def test_autorecovery_endpoints_and_decommission(cluster_factory, tmp_path):
 
 def _has_cookie(sb, bookie_id: str) -> bool:
     return sb.store.read_cookie(bookie_id) is not None
+
+
+def test_read_only_bookie_says_so(cluster_factory):
+    """A bookie over its disk-usage threshold (here: any usage) is read-only in /api/v1/bookie/state,
+    in list_bookies?type=ro and in bookie_SERVER_STATUS."""
+    from http_helpers import sample, scrape
+
+    sb = cluster_factory(1, http_port=free_port(), disk_usage_threshold=1e-6, disk_usage_lwm=1e-6)
+    b = sb.bookies[0]
+    url = f"http://127.0.0.1:{b.settings['http_port']}"
+    status, state = call_json(url + "/api/v1/bookie/state")
+    assert status == 200 and state["readOnly"] is True and state["running"] is True
+    assert call_json(url + "/api/v1/bookie/list_bookies?type=ro") == (200, {b.bookie_id: None})
+    assert call_json(url + "/api/v1/bookie/list_bookies?type=rw") == (200, {})
+    assert sample(scrape(url), "bookie_SERVER_STATUS") == 0.0
+
+
+def test_zookeeper_outage_is_a_503_not_a_traceback():
+    """The admin API answers 503 with a JSON error while ZooKeeper cannot be reached."""
+    from prometheus_client import CollectorRegistry
+
+    from spark_bookie.http import AdminContext
+    from spark_bookie.http.routes import build_routes
+    from spark_bookie.http.server import AdminServer
+
+    dead_zk = f"127.0.0.1:{free_port()}"   # nobody listens: the client cannot connect
+    ctx = AdminContext(dead_zk, CollectorRegistry())
+    server = AdminServer("127.0.0.1", 0, build_routes(ctx), ctx.registry).start()
+    try:
+        status, err = call_json(server.url + "/api/v1/ledger/list")
+        assert status == 503 and "Traceback" not in err["error"], err
+    finally:
+        server.stop()
+        ctx.close()
