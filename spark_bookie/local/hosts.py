@@ -105,6 +105,17 @@ def clean_slot(slot: int) -> None:
             name = parts[1].strip().split("@")[0]
             if name.startswith(f"{PREFIX}{slot}") and name[len(PREFIX) + len(str(slot)):][:1] in ("b", "v"):
                 _run(["ip", "link", "delete", name], check=False)
+    _clean_etc(slot)
+
+
+ETC_NETNS = Path("/etc/netns")
+
+
+def _clean_etc(slot: int) -> None:
+    """Per-host files (``/etc/netns/<netns>/hosts``, which ``ip netns exec`` mounts over /etc/hosts)."""
+    if ETC_NETNS.is_dir():
+        for d in ETC_NETNS.glob(f"{PREFIX}{slot}-*"):
+            shutil.rmtree(d, ignore_errors=True)
 
 
 def netns_pids(netns: str) -> list[int]:
@@ -145,22 +156,46 @@ class Host:
         return ["ip", "netns", "exec", self.netns, *cmd] if self.netns else list(cmd)
 
     def popen(self, cmd: Sequence[str], *, log_path: Path | None = None, env: dict[str, str] | None = None,
-              stdout: int | IO[bytes] | None = None) -> subprocess.Popen[bytes]:
+              stdout: int | IO[bytes] | None = None, volume: tuple[Path, str] | None = None,
+              cwd: Path | None = None) -> subprocess.Popen[bytes]:
         """Start ``cmd`` inside this host in a session of its own; output to ``log_path`` (appended)
-        or ``stdout``. The host remembers it, so killing the host kills it too on loopback hosts."""
+        or ``stdout``; ``volume`` = (disk, mount point) as ``with_volume``. The host remembers it, so
+        killing the host kills it too on loopback hosts."""
         out: int | IO[bytes] | None = stdout
         logf = None
         if log_path is not None:
             logf = open(log_path, "ab")  # noqa: SIM115 (the child holds it; closed right after fork)
             out = logf
         try:
-            proc = subprocess.Popen(self.wrap(cmd), stdout=out, stderr=subprocess.STDOUT if out is not None else None,
-                                    stdin=subprocess.DEVNULL, env=env, start_new_session=True)
+            command = self.with_volume(cmd, *volume) if volume else self.wrap(cmd)
+            proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT if out is not None else None,
+                                    stdin=subprocess.DEVNULL, env=env, start_new_session=True, cwd=cwd)
         finally:
             if logf is not None:
                 logf.close()
         self.procs = [p for p in self.procs if p.poll() is None] + [proc]
         return proc
+
+    def name_hosts(self, names: dict[str, str]) -> None:
+        """Make ``names`` (host name -> address) resolve inside this host, beside the machine's own
+        /etc/hosts (what a cluster's DNS would do, e.g. Mesos-DNS names); namespaces only."""
+        if self.netns is None:
+            raise HostsError(f"{self.name} is a loopback host: it shares this machine's /etc/hosts")
+        etc = ETC_NETNS / self.netns
+        etc.mkdir(parents=True, exist_ok=True)
+        base = Path("/etc/hosts").read_text() if Path("/etc/hosts").exists() else ""
+        (etc / "hosts").write_text(base + "".join(f"{a} {n}\n" for n, a in names.items()))
+
+    def with_volume(self, cmd: Sequence[str], disk: Path, mount_point: str) -> list[str]:
+        """``cmd`` seeing this host's ``disk`` at ``mount_point`` (a mount namespace of its own, as a
+        container's volume): every host can use one path, each with its own disk. ``mount_point``
+        must exist; namespaces only (needs root)."""
+        if self.netns is None:
+            raise HostsError(f"{self.name} is a loopback host: no volumes without namespaces")
+        disk.mkdir(parents=True, exist_ok=True)
+        script = 'mount --bind "$1" "$2" && shift 2 && exec "$@"'
+        return ["ip", "netns", "exec", self.netns, "unshare", "--mount", "--propagation", "private",
+                "sh", "-c", script, "sh", str(disk), mount_point, *cmd]
 
     def run(self, cmd: Sequence[str], timeout_s: float = 60.0) -> subprocess.CompletedProcess[str]:
         """Run ``cmd`` inside this host and return its result (no check of the exit code)."""
