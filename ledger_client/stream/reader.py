@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 READ_AHEAD_BATCHES = 8          # decoded batches waiting for the caller (each up to CHUNK_ENTRIES entries)
+TIERED_CHUNK_ENTRIES = 256      # entries per read of a tiered segment (one Delta scan each)
 CHUNK_ENTRIES = 16              # entries per range read (record sets of up to output_buffer_bytes each)
 LONG_POLL_MS = 200              # how long a poll at the tail waits before the metadata is read again
 IDLE_POLL_S = (0.005, 0.2)      # waiting for a new segment: from, up to (doubling)
@@ -269,10 +270,14 @@ class StreamReader:
         return DLSN(seg.sequence, last + 1, 0)
 
     def _deliver_tiered(self, seg: SegmentMeta, pos: DLSN, tb: tuple[int, int, int] | None) -> tuple[DLSN, bool, bool]:
-        batch = [r for r in read_tiered_segment(seg, self.ns.name, self.name, pos) if self._wanted(r, tb)]
-        if batch:
-            self._put(batch)
-        return DLSN(seg.sequence + 1, 0, 0), True, False
+        """A segment in Delta, TIERED_CHUNK_ENTRIES entries per step (a batch stays small)."""
+        if pos.entry_id > seg.last_entry_id:
+            return DLSN(seg.sequence + 1, 0, 0), True, False
+        last = min(seg.last_entry_id, pos.entry_id + TIERED_CHUNK_ENTRIES - 1)
+        batch = [r for r in read_tiered_segment(seg, self.ns.name, self.name, pos, last) if self._wanted(r, tb)]
+        if batch and not self._put(batch):
+            return pos, False, False
+        return DLSN(seg.sequence, last + 1, 0), True, False
 
     def _decode(self, seg: SegmentMeta, entry_id: int, data: bytes, pos: DLSN,
                 tb: tuple[int, int, int] | None) -> list[LogRecord]:

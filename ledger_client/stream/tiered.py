@@ -41,13 +41,37 @@ def read_tiered_arrow(table: str, version: int, stream: str, segment: int, first
     return rows.sort_by([("entry_id", "ascending"), ("slot", "ascending")])
 
 
-def read_tiered_segment(seg: SegmentMeta, ns: str, stream: str, start: DLSN) -> list[LogRecord]:
-    """The segment's records at or after ``start``, in DLSN order."""
+def tiered_row_count(table: str, version: int, stream: str, segment: int) -> int:
+    """How many rows the table holds for the segment (a scan of two columns, no payloads)."""
+    try:
+        import pyarrow.dataset as ds
+        from deltalake import DeltaTable
+
+        data = DeltaTable(table, version=version).to_pyarrow_dataset()
+        return int(data.count_rows(filter=(ds.field("stream") == stream) & (ds.field("segment") == segment)))
+    except Exception as e:  # deltalake raises its own types
+        raise errors.ReadError(f"segment {segment} of {stream}: cannot read its Delta table {table} "
+                               f"at version {version}: {e}") from e
+
+
+def read_tiered_segment(seg: SegmentMeta, ns: str, stream: str, start: DLSN,
+                        last_entry: int | None = None) -> list[LogRecord]:
+    """The segment's records at or after ``start`` (up to entry ``last_entry``), in DLSN order.
+    Entering the segment at its start, the table's row count for it is checked against the
+    metadata (a table that lost or doubled rows is an error, never a silent gap)."""
     if seg.tier is None:
         raise errors.MetadataServiceError(f"segment {seg.sequence} of {ns}/{stream} is tiered but names no table")
-    rows = read_tiered_arrow(seg.tier.table, seg.tier.delta_version, f"{ns}/{stream}", seg.sequence)
-    if rows.num_rows != seg.record_count:
-        raise errors.ReadError(f"segment {seg.sequence} of {ns}/{stream}: its Delta table holds {rows.num_rows} "
+    name = f"{ns}/{stream}"
+    whole = start <= DLSN(seg.sequence, 0, 0) and (last_entry is None or last_entry >= seg.last_entry_id)
+    if start <= DLSN(seg.sequence, 0, 0) and not whole:
+        have = tiered_row_count(seg.tier.table, seg.tier.delta_version, name, seg.sequence)
+        if have != seg.record_count:
+            raise errors.ReadError(f"segment {seg.sequence} of {name}: its Delta table holds {have} records, "
+                                   f"the metadata says {seg.record_count}")
+    first = start.entry_id if start.segment == seg.sequence else 0
+    rows = read_tiered_arrow(seg.tier.table, seg.tier.delta_version, name, seg.sequence, first, last_entry)
+    if whole and rows.num_rows != seg.record_count:
+        raise errors.ReadError(f"segment {seg.sequence} of {name}: its Delta table holds {rows.num_rows} "
                                f"records, the metadata says {seg.record_count}")
     seq = seg.sequence
     out = [LogRecord(DLSN(seq, e, s), t, p) for e, s, t, p in zip(
