@@ -10,6 +10,7 @@ import weakref
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
 from metadata import (
     BadVersionError,
@@ -36,6 +37,9 @@ from .stream.namespace import Namespace
 from .transport import StreamLimits
 from .transport.credentials import credentials_of
 from .write_handle import WriteHandle
+
+if TYPE_CHECKING:
+    from .metrics import ClientMetrics
 
 log = logging.getLogger(__name__)
 
@@ -85,8 +89,10 @@ class LedgerClient:
     """
 
     def __init__(self, zk: str = "127.0.0.1:2181", *, config: ClientConfig | None = None,
-                 metadata_store: MetadataStore | None = None) -> None:
+                 metadata_store: MetadataStore | None = None, metrics: ClientMetrics | None = None) -> None:
+        """``metrics``: ledger_client.metrics.ClientMetrics to count into (None: not counted)."""
         self.config = config or ClientConfig()
+        self.metrics = metrics
         self._owns_store = metadata_store is None
         if metadata_store is None:
             with metadata_errors(f"connect to {zk}", ledger_op=False):
@@ -174,6 +180,8 @@ class LedgerClient:
             self.store.create_ledger_metadata(md)
         w = WriteHandle(self, md, Digester(digest_type, bytes(password)), key)
         self._writers.add(w)
+        if self.metrics is not None:
+            self.metrics.creates.inc()
         return w
 
     def open_ledger(self, ledger_id: int, password: bytes = b"", recovery: bool = True) -> ReadHandle:
@@ -184,6 +192,8 @@ class LedgerClient:
         if key != md.password_hash:
             raise errors.UnauthorizedAccessError(f"wrong password for ledger {ledger_id}")
         digester = Digester(md.digest_type, bytes(password))
+        if self.metrics is not None:
+            (self.metrics.recovery_opens if recovery else self.metrics.opens).inc()
         if recovery and md.state is not LedgerState.CLOSED:
             md = LedgerRecovery(self, md, digester, key).run()
         handle = ReadHandle(self, md, digester)
@@ -201,7 +211,9 @@ class LedgerClient:
             with metadata_errors(f"delete ledger {ledger_id}"):
                 self.store.delete_ledger_metadata(ledger_id)
         except errors.NoSuchLedgerError:
-            pass
+            return
+        if self.metrics is not None:
+            self.metrics.deletes.inc()
 
     def list_ledgers(self) -> Iterator[int]:
         with metadata_errors("list ledgers"):

@@ -106,6 +106,8 @@ class _StripedScan:
             elif not s.speculated and now - s.at >= self.speculate_s:
                 s.speculated = True
                 self.todo += self.plan.speculate(s.ask)
+                if self.h.metrics is not None:
+                    self.h.metrics.speculative_reads.inc()
 
     def _on_answer(self, ask: Ask, fut: Any) -> None:
         bookie = self.bookies[ask.index]

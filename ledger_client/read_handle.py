@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 
     from .client import LedgerClient
     from .config import ClientConfig
+    from .metrics import ClientMetrics
     from .transport import BookieClient
 
 
@@ -146,6 +147,10 @@ class ReadHandle:
         return self._digester
 
     @property
+    def metrics(self) -> ClientMetrics | None:
+        return self._client.metrics
+
+    @property
     def client_config(self) -> ClientConfig:
         return self._client.config
 
@@ -182,7 +187,17 @@ class ReadHandle:
             raise errors.IncorrectParameterError(
                 f"entry {last} of ledger {self.ledger_id} is past the last add confirmed ({self._lac}); "
                 "use read_unconfirmed() or read_last_add_confirmed() first")
-        return self._read(first, last)
+        return self._timed_read(first, last)
+
+    def _timed_read(self, first: int, last: int) -> list[LedgerEntry]:
+        metrics = self._client.metrics
+        if metrics is None:
+            return self._read(first, last)
+        started = time.monotonic()
+        try:
+            return self._read(first, last)
+        finally:
+            metrics.read_latency.observe(time.monotonic() - started)
 
     def read_arrow(self, first: int, last: int) -> pa.RecordBatch:
         """Entries first..last as one Arrow batch (ledger_id int64, entry_id int64, payload binary).
@@ -205,7 +220,7 @@ class ReadHandle:
     def read_unconfirmed(self, first: int, last: int) -> list[LedgerEntry]:
         """Entries that may not be confirmed yet (BookKeeper's readUnconfirmedEntries)."""
         self._check_range(first, last)
-        return self._read(first, last)
+        return self._timed_read(first, last)
 
     def _read(self, first: int, last: int) -> list[LedgerEntry]:
         try:
@@ -285,6 +300,8 @@ class ReadHandle:
             if r.result is not None:
                 return r.result
             r.launch(nxt)
+            if self._client.metrics is not None:
+                self._client.metrics.speculative_reads.inc()
         while r.result is None and len(r.errors) < r.launched and time.monotonic() < deadline:
             r.wait(0.1)
         if r.result is not None:

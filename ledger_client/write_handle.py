@@ -199,6 +199,10 @@ class WriteHandle:
                 batch = list(self._ready)
                 self._ready.clear()
                 futs = [self._futures.pop(c.entry_id) for c in batch]
+                metrics = self._client.metrics
+                if metrics is not None:
+                    now = time.monotonic()
+                    metrics.appended([now - self._sent_at[c.entry_id] for c in batch])
                 for c in batch:
                     del self._bodies[c.entry_id]
                     del self._sent_at[c.entry_id]
@@ -252,6 +256,8 @@ class WriteHandle:
                 self._send(sends)
                 again = self._sm.changing
             log.info("ledger %d: fragment %d is now %s", self.ledger_id, key, new)
+            if self._client.metrics is not None:
+                self._client.metrics.ensemble_changes.inc()
             self._drain()
             if not again:
                 return

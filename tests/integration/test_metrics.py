@@ -129,3 +129,56 @@ def test_sandbox_http_prints_each_bookies_admin_url(tmp_path):
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         proc.wait(timeout=60)
+
+
+def test_client_metrics_count_appends_reads_ensemble_changes_and_speculative_reads(cluster_factory):
+    """An application's ClientMetrics registry: appends and reads timed, an ensemble change when a
+    bookie of the ensemble is killed mid-write, speculative reads around a stopped (SIGSTOP) bookie."""
+    import os
+    import signal
+
+    from client_helpers import FAST
+    from prometheus_client import CollectorRegistry
+
+    from ledger_client import LedgerClient
+    from ledger_client.metrics import ClientMetrics
+
+    sb = cluster_factory(5)
+    reg = CollectorRegistry()
+
+    def value(name: str) -> float:
+        v = reg.get_sample_value(name)
+        return 0.0 if v is None else v
+
+    with LedgerClient(sb.connect_string, config=FAST, metrics=ClientMetrics(reg)) as c:
+        w = c.create_ledger(3, 2, 2)
+        for i in range(50):
+            w.append(b"%d" % i)
+        assert value("bookkeeper_client_ADD_ENTRY_count") == 50 and value("bookkeeper_client_LEDGER_CREATE_total") == 1
+        assert 0 < value("bookkeeper_client_ADD_ENTRY_sum") < 50 * 5
+        first = w.metadata.ensembles[0]
+        bookie_of(sb, first[0]).kill()
+        for i in range(50, 60):
+            w.append(b"%d" % i)
+        w.close()
+        assert value("bookkeeper_client_NUM_ENSEMBLE_CHANGE_total") >= 1
+        b = c.create_ledger(3, 2, 2)   # on the four live bookies
+        for i in range(30):
+            b.append(b"%d" % i)
+        b.close()
+        slow = bookie_of(sb, b.metadata.ensembles[0][0])
+        os.killpg(slow.proc.pid, signal.SIGSTOP)   # alive but silent: its stripes are speculated elsewhere
+        try:
+            r = c.open_ledger(b.ledger_id, recovery=False)
+            assert [e.data for e in r.read(0, 29)] == [b"%d" % i for i in range(30)]
+        finally:
+            os.killpg(slow.proc.pid, signal.SIGCONT)
+        assert value("bookkeeper_client_READ_ENTRY_count") == 1
+        assert value("bookkeeper_client_SPECULATIVE_READ_COUNT_total") >= 1
+        assert value("bookkeeper_client_LEDGER_CREATE_total") == 2
+        c.open_ledger(w.ledger_id)
+        c.delete_ledger(w.ledger_id)
+        c.delete_ledger(w.ledger_id)   # idempotent: counted once
+        assert value("bookkeeper_client_LEDGER_OPEN_total") == 1
+        assert value("bookkeeper_client_LEDGER_RECOVER_total") == 1
+        assert value("bookkeeper_client_LEDGER_DELETE_total") == 1
