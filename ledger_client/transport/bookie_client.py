@@ -352,7 +352,7 @@ class BookieClient:
         """Queue one add; its result reaches `sink.on_add_results` on the thread reading this
         connection's answers (TRANSPORT_FAILURE when the connection broke). BookieUnavailableError when the bookie
         already has backlog_adds_max adds of ours waiting (see StreamLimits)."""
-        send = self.add_deferred(ledger_id, entry_id, master_key, body, sink, recovery=recovery)
+        send = self._prepare_add(ledger_id, entry_id, master_key, body, sink, recovery)  # may be under the sink's lock
         if send is not None:
             send()
 
@@ -363,10 +363,19 @@ class BookieClient:
         (None: nothing to send, the connection broke meanwhile and the sink was told). Sending
         can be a system call into the bookie's socket: under the writer's lock it kept the
         readers of the bookies' answers waiting (~9% of their profile samples at 1,000 appends/s)."""
+        try:
+            return self._prepare_add(ledger_id, entry_id, master_key, body, sink, recovery)
+        except errors.UnauthorizedAccessError as e:
+            # The bookie refused our credentials: an answer (EUA) for the sink, given outside the
+            # caller's lock, not a failure to connect, which would have the bookie replaced.
+            return functools.partial(sink.on_add_results, self.address, [], [(entry_id, pb.EUA, str(e))])
+
+    def _prepare_add(self, ledger_id: int, entry_id: int, master_key: bytes, body: bytes, sink: AddSink,
+                     recovery: bool) -> Callable[[], None] | None:
+        item = (ledger_id, entry_id, master_key, body, pb.RECOVERY_ADD if recovery else pb.ADD_NONE, next(self._ids))
         stream = self._stream
         if stream is None or stream.broken is not None:
             stream = self._new_stream()
-        item = (ledger_id, entry_id, master_key, body, pb.RECOVERY_ADD if recovery else pb.ADD_NONE, next(self._ids))
         return functools.partial(stream.dispatch, item) if stream._register(item, sink) else None
 
     def add(self, ledger_id: int, entry_id: int, master_key: bytes, body: bytes, *,
