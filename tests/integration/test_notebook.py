@@ -1,4 +1,4 @@
-"""notebooks/explore.ipynb runs top to bottom in a kernel of this venv and draws its two plots.
+"""notebooks/explore.ipynb and streams.ipynb run top to bottom in a kernel of this venv and draw their plots.
 
 The notebook starts its own sandbox (embedded ZooKeeper + 3 bookie processes) and a local[2] Spark
 session, so this is a Spark test. The kernel is this interpreter (a kernel spec written to a temp
@@ -70,8 +70,8 @@ def cell_seconds(cell) -> float:
     return (parse(end) - parse(start)).total_seconds()
 
 
-@pytest.mark.timeout(900)
-def test_notebook_executes_and_draws_its_plots(tmp_path, monkeypatch):
+def execute(path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[list, str]:
+    """Run the notebook top to bottom in this venv's kernel: (its outputs, its printed text)."""
     jupyter = tmp_path / "jupyter"
     install_kernel_spec(jupyter)
     monkeypatch.setenv("JUPYTER_PATH", str(jupyter))
@@ -80,10 +80,10 @@ def test_notebook_executes_and_draws_its_plots(tmp_path, monkeypatch):
     monkeypatch.setenv("PYSPARK_PYTHON", sys.executable)
     monkeypatch.setenv("TMPDIR", str(tmp_path))              # its work dir lands here (cleaned by pytest)
 
-    nb = nbformat.read(NOTEBOOK, as_version=4)
+    nb = nbformat.read(path, as_version=4)
     try:
         NotebookClient(nb, kernel_name=KERNEL, timeout=600, allow_errors=False,
-                       resources={"metadata": {"path": str(NOTEBOOK.parent)}}).execute()   # cwd as in Jupyter
+                       resources={"metadata": {"path": str(path.parent)}}).execute()   # cwd as in Jupyter
     finally:
         print("cell seconds:", [round(cell_seconds(c), 1) for c in nb.cells if c.cell_type == "code"])
         leftovers = kill_leftovers(tmp_path)   # a failing cell must not leave bookies behind
@@ -91,8 +91,27 @@ def test_notebook_executes_and_draws_its_plots(tmp_path, monkeypatch):
 
     outputs = [o for cell in nb.cells if cell.cell_type == "code" for o in cell.get("outputs", [])]
     assert not [o for o in outputs if o.output_type == "error"]
-    images = [o for o in outputs if o.output_type == "display_data" and "image/png" in o.get("data", {})]
-    assert len(images) == 2, "the latency histogram and the entries-per-ledger chart"
-    text = "".join(o.get("text", "") for o in outputs if o.output_type == "stream")
+    return outputs, "".join(o.get("text", "") for o in outputs if o.output_type == "stream")
+
+
+def images_in(outputs: list) -> list:
+    return [o for o in outputs if o.output_type == "display_data" and "image/png" in o.get("data", {})]
+
+
+@pytest.mark.timeout(900)
+def test_notebook_executes_and_draws_its_plots(tmp_path, monkeypatch):
+    outputs, text = execute(NOTEBOOK, tmp_path, monkeypatch)
+    assert len(images_in(outputs)) == 2, "the latency histogram and the entries-per-ledger chart"
     assert "second run:" in text and "'compacted': []" in text      # compaction is idempotent
+    assert text.rstrip().endswith("stopped")
+
+
+@pytest.mark.timeout(900)
+def test_streams_notebook_writes_tails_uses_spark_and_tiers(tmp_path, monkeypatch):
+    outputs, text = execute(NOTEBOOK.parent / "streams.ipynb", tmp_path, monkeypatch)
+    assert len(images_in(outputs)) == 1, "records per segment and end-to-end latency, one figure"
+    assert "2000 records in" in text and "the tailing reader saw 2000 records" in text
+    assert "notebook/shouted: 2000 records written by Spark" in text
+    assert "same records, DLSNs and txids: True (2000 records)" in text and "'tiered':" in text
+    assert "Spark after tiering: 2000 records" in text
     assert text.rstrip().endswith("stopped")
