@@ -44,7 +44,7 @@ import pyarrow.parquet as pq
 from jobs.errors import BadArgumentError, ConcurrentCompactionError, TableMismatchError
 from jobs.stream_planning import matches, parse_stream_patterns
 from ledger_client.protocol.checks import invariant
-from ledger_client.stream.tiered import TABLE_SCHEMA
+from ledger_client.stream.tiered import table_schema
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable
@@ -58,6 +58,7 @@ log = logging.getLogger(__name__)
 APP_ID_PREFIX = "spark-bookie/stream/"
 TXN_VERSION = 1
 STEPS = ("written", "committed", "marked", "deleted")
+TABLE_SCHEMA = table_schema()
 
 
 @dataclass(frozen=True)

@@ -4,28 +4,38 @@ the same DLSNs and txids as when they lived in the segment's ledger.
 A tiered segment's metadata names its table and the Delta version that holds it; the rows are
 read at that version (later commits of other segments cannot change what this one returns), and
 only from the files of that snapshot (delta-rs lists them from the log: files a crashed tiering
-run left uncommitted are never read). Columns (jobs/stream_tiering.py writes them, TABLE_SCHEMA):
+run left uncommitted are never read). Columns (jobs/stream_tiering.py writes them, table_schema()):
 stream, segment, entry_id, slot, txid, payload.
 """
 
 from __future__ import annotations
 
-import pyarrow as pa
+from typing import TYPE_CHECKING
 
 from metadata.streams import SegmentMeta
 
 from .. import errors
 from .dlsn import DLSN, LogRecord
 
+if TYPE_CHECKING:
+    import pyarrow as pa
+
 COLUMNS = ("stream", "segment", "entry_id", "slot", "txid", "payload")
-TABLE_SCHEMA = pa.schema([("stream", pa.string()), ("segment", pa.int64()), ("entry_id", pa.int64()),
-                          ("slot", pa.int32()), ("txid", pa.int64()), ("payload", pa.binary())])
+
+
+def table_schema() -> pa.Schema:
+    """The tiered table's columns. A function, not a constant: pyarrow is imported only when
+    tiered data is read (the client also runs where pyarrow is not installed, e.g. Spark 3.5)."""
+    import pyarrow as pa
+
+    return pa.schema([("stream", pa.string()), ("segment", pa.int64()), ("entry_id", pa.int64()),
+                      ("slot", pa.int32()), ("txid", pa.int64()), ("payload", pa.binary())])
 
 
 def read_tiered_arrow(table: str, version: int, stream: str, segment: int, first_entry: int = 0,
                       last_entry: int | None = None) -> pa.Table:
     """Rows of ``stream``'s ``segment`` (entries first_entry..last_entry) in the table at ``version``,
-    in DLSN order, in TABLE_SCHEMA's plain types (delta-rs returns view types: Spark wants plain)."""
+    in DLSN order, in table_schema()'s plain types (delta-rs returns view types: Spark wants plain)."""
     filters: list[tuple[str, str, object]] = [("stream", "=", stream), ("segment", "=", segment),
                                               ("entry_id", ">=", first_entry)]
     if last_entry is not None:
@@ -37,7 +47,7 @@ def read_tiered_arrow(table: str, version: int, stream: str, segment: int, first
     except Exception as e:  # deltalake raises its own types (missing table, version vacuumed, I/O)
         raise errors.ReadError(f"segment {segment} of {stream}: cannot read its Delta table {table} "
                                f"at version {version}: {e}") from e
-    rows = rows.select(list(COLUMNS)).cast(TABLE_SCHEMA)
+    rows = rows.select(list(COLUMNS)).cast(table_schema())
     return rows.sort_by([("entry_id", "ascending"), ("slot", "ascending")])
 
 
