@@ -11,6 +11,8 @@ from spark_bookie.hosting.slots import SERVING, read_slot_statuses
 
 log = logging.getLogger(__name__)
 
+UNREGISTERED = "unregistered"  # the slot's status says serving, but its bookie is not in ZooKeeper
+
 
 def _underreplication_view(store: MetadataStore) -> tuple[int | None, str | None]:
     """(number of under-replicated ledgers, current auditor); None where it cannot be read."""
@@ -23,17 +25,30 @@ def _underreplication_view(store: MetadataStore) -> tuple[int | None, str | None
 
 def cluster_health(store: MetadataStore, name: str, wanted: int, *, is_auditor: bool | None = None,
                    resubmits: int = 0) -> dict[str, Any]:
-    """The cluster as the driver sees it (also what `spark-bookie cluster status` prints)."""
+    """The cluster as the driver sees it (also what `spark-bookie cluster status` prints).
+
+    A slot's status node is written by its task and outlives it: a slot whose host died whole still
+    said "serving" until Spark noticed the lost executor (up to a minute: the master's worker
+    timeout), seen when a worker host was killed in the multi-host deployment test. So a serving
+    slot counts only while its bookie is registered; otherwise its state reads "unregistered"."""
     slots = read_slot_statuses(store, name)
     ur, auditor = _underreplication_view(store)
+    writable, readonly = store.list_bookies(), store.list_bookies(readonly=True)
+    registered = set(writable) | set(readonly)
+
+    def state(s: dict[str, Any]) -> Any:
+        if s.get("state") == SERVING and s.get("bookie_id") not in registered:
+            return UNREGISTERED
+        return s.get("state")
+
     return {
         "time_ms": int(time.time() * 1000),
         "bookies_wanted": wanted,
-        "slots_serving": sum(1 for s in slots.values() if s.get("state") == SERVING),
-        "slots": {str(k): {"state": s.get("state"), "bookie_id": s.get("bookie_id"), "error": s.get("error", "")}
+        "slots_serving": sum(1 for s in slots.values() if state(s) == SERVING),
+        "slots": {str(k): {"state": state(s), "bookie_id": s.get("bookie_id"), "error": s.get("error", "")}
                   for k, s in sorted(slots.items())},
-        "writable": store.list_bookies(),
-        "readonly": store.list_bookies(readonly=True),
+        "writable": writable,
+        "readonly": readonly,
         "under_replicated": ur,
         "auditor": auditor,
         "driver_is_auditor": is_auditor,
