@@ -67,8 +67,9 @@ JOB_GROUP = "spark-bookie-hosting"
 class BookieClusterApp:
     """One driver run: `run()` blocks until stopped and returns the process exit code."""
 
-    def __init__(self, cfg: ClusterAppConfig) -> None:
+    def __init__(self, cfg: ClusterAppConfig, tier_step: Any = None) -> None:
         self.cfg = cfg
+        self._tier_step = tier_step  # recovery.TierStep: the auditor tiers old segments (jobs/stream_tiering.py)
         self.name = cfg.hosting.name
         self._stop = threading.Event()
         self._stop_reason = ""
@@ -190,7 +191,7 @@ class BookieClusterApp:
         self._recovery = AutoRecovery(
             self.cfg.hosting.zk_connect, AutoRecoveryConfig(**settings) if settings else None,
             candidate_id=f"driver:{self.name}@{socket.gethostname()}:{os.getpid()}",
-            run_auditor=True, run_worker=False)
+            run_auditor=True, run_worker=False, tier_step=self._tier_step)
         self._recovery.start()
 
     def _start_admin(self) -> None:
@@ -339,7 +340,8 @@ def _first_line(e: BaseException) -> str:
     return f"{type(e).__name__}: {text[0] if text else ''}"
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, tier_step: Any = None) -> int:
+    """``tier_step``: given by jobs/bookie_cluster.py (jobs.stream_tiering.tier_step)."""
     ap = argparse.ArgumentParser(prog="bookie_cluster.py", description=__doc__.split("\n\n")[0])
     add_arguments(ap)
     ap.add_argument("-v", "--verbose", action="store_true")
@@ -350,7 +352,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.getLogger("py4j").setLevel(logging.WARNING)
     try:
         cfg = config_from_args(args)
-        return BookieClusterApp(cfg).run()
+        return BookieClusterApp(cfg, tier_step).run()
     except (StartupError, ConfigError, MetadataError) as e:
         print(f"bookie_cluster: error: {e}", file=sys.stderr)
         return 2
