@@ -102,6 +102,9 @@ def test_autorecovery_metrics_move_as_a_killed_bookie_is_replaced(cluster_factor
         assert sample(after, "replication_worker_NUM_BYTES_WRITTEN_total") > 0
         assert sample(after, "auditor_NUM_UNDER_REPLICATED_LEDGERS") == 0
         assert call(url + "/api/v1/bookie/is_ready")[0] == 200
+    except BaseException:
+        print("autorecovery log:\n" + ar.log()[-4000:])  # what the process saw, for a failure's report
+        raise
     finally:
         ar.stop()
 
