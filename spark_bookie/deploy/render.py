@@ -255,8 +255,8 @@ def _common_env(o: Mapping[str, Mapping[str, Any]]) -> dict[str, str]:
     return {"SPARK_BOOKIE_ZK": bookie_zk(o), "PYSPARK_PYTHON": "python3"}
 
 
-def _mesos_http_check(port_index: int, grace_s: int, max_failures: int) -> dict[str, Any]:
-    return {"protocol": "MESOS_HTTP", "portIndex": port_index, "path": "/", "gracePeriodSeconds": grace_s,
+def _mesos_http_check(port_index: int, grace_s: int, max_failures: int, path: str = "/") -> dict[str, Any]:
+    return {"protocol": "MESOS_HTTP", "portIndex": port_index, "path": path, "gracePeriodSeconds": grace_s,
             "intervalSeconds": 30, "timeoutSeconds": 10, "maxConsecutiveFailures": max_failures}
 
 
@@ -338,7 +338,9 @@ def driver_command(o: Mapping[str, Mapping[str, Any]]) -> str:
     driver itself, which then stops every bookie gracefully; under spark-submit the JVM would get
     it and the bookies would die as if crashed. Its three ports are Marathon-assigned ($PORT0..2)
     and told to Spark, so executors on other agents reach it; executors use the fixed, reserved
-    block-manager port. The job sets speculation, dynamic allocation and maxFailures itself.
+    block-manager port. The job sets speculation, dynamic allocation and maxFailures itself. A
+    fourth ($PORT3) serves the driver's /metrics and admin API on 127.0.0.1, where Mesos' HTTP
+    health checks connect: /api/v1/bookie/is_ready answers 200 while the hosting job runs.
     """
     b, s = o["bookie"], o["spark"]
     zk = bookie_zk(o)
@@ -352,6 +354,7 @@ def driver_command(o: Mapping[str, Mapping[str, Any]]) -> str:
     return (f"spark-bookie init --zk {zk} && exec python3 -m jobs.bookie_cluster --master {master_url(o)} "
             f"--zk {zk} --bookies {b['instances']} --data-root {b['data_root']} --name {b['name']} "
             f"--base-port {b['service_port']} --task-max-failures {s['task_max_failures']} "
+            "--http-port $PORT3 "
             + " ".join(f"--conf {c}" for c in confs))
 
 
@@ -365,10 +368,10 @@ def driver_app(o: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
         "instances": 1,
         "container": _container(o),
         "networks": [{"mode": "host"}],
-        "portDefinitions": _ports(("driver", 0), ("blockmanager", 0), ("ui", 0)),
+        "portDefinitions": _ports(("driver", 0), ("blockmanager", 0), ("ui", 0), ("admin", 0)),
         "requirePorts": False,
         "env": _common_env(o),
-        "healthChecks": [_mesos_http_check(2, 300, 3)],
+        "healthChecks": [_mesos_http_check(3, 300, 3, "/api/v1/bookie/is_ready")],
         # Two drivers would run two competing applications: stop the old one first.
         "upgradeStrategy": {"minimumHealthCapacity": 0, "maximumOverCapacity": 0},
         # The driver's graceful stop (every slot stops its bookie, then Spark) takes up to the

@@ -124,13 +124,17 @@ def test_default_options_render_a_valid_group(validators: tuple[Any, Any]) -> No
     assert apps["bookie-cluster-driver"]["dependencies"] == ["/spark-bookie/spark-workers"]
 
 
+ADMIN_PORT = 31003  # what Marathon would give the driver's fourth port ($PORT3, expanded by the shell)
+
+
 def _job_args(words: list[str]) -> argparse.Namespace:
-    """Parse the hosting job's arguments with the job's own parser, as its driver would."""
+    """Parse the hosting job's arguments with the job's own parser, as its driver would (the
+    admin port's $PORT3 expanded as the shell would; the Spark ports stay literal for the checks)."""
     from spark_bookie.hosting.config import add_arguments
 
     ap = argparse.ArgumentParser()
     add_arguments(ap)
-    return ap.parse_args(words)
+    return ap.parse_args([str(ADMIN_PORT) if w == "$PORT3" else w for w in words])
 
 
 def test_driver_initialises_the_cluster_then_runs_the_hosting_job() -> None:
@@ -147,6 +151,9 @@ def test_driver_initialises_the_cluster_then_runs_the_hosting_job() -> None:
     assert args.task_max_failures == 1000
     confs = dict(c.split("=", 1) for c in args.conf)
     assert confs["spark.driver.port"] == "$PORT0" and confs["spark.ui.port"] == "$PORT2"
+    assert args.http_port == ADMIN_PORT and args.http_host == "127.0.0.1"   # /metrics, admin API, health
+    check = _apps(render_group())["bookie-cluster-driver"]["healthChecks"][0]
+    assert (check["portIndex"], check["path"]) == (3, "/api/v1/bookie/is_ready")
     assert confs["spark.blockManager.port"] == "7079"
     assert confs["spark.executor.cores"] == "1" and confs["spark.executor.memory"] == "2048m"
 
