@@ -109,6 +109,8 @@ def cmd_sandbox(args: argparse.Namespace) -> int:
         from spark_bookie.local.multihost import run_hosts_sandbox
 
         return run_hosts_sandbox(root, args.hosts, wait_for_signal)
+    if args.secure and (args.spark or args.demo):
+        return fail("--secure does not combine with --spark or --demo yet")
     if args.spark:
         if args.demo:
             from spark_bookie.local.spark_demo import run_spark_demo
@@ -117,9 +119,21 @@ def cmd_sandbox(args: argparse.Namespace) -> int:
         from spark_bookie.cli.cluster import run_spark_sandbox
 
         return run_spark_sandbox(root, args.bookies, args.zk_port, wait_for_signal)
-    with Sandbox(root, args.bookies, zk_port=args.zk_port, http=args.http) as sb:
+    settings: dict[str, object] = {}
+    client_conf = None
+    if args.secure:
+        from pathlib import Path
+
+        from spark_bookie.local.secure import make_secure_files
+
+        files = make_secure_files(Path(root) / "secure")
+        settings, client_conf = files.bookie_settings(), files.client_conf_path
+    with Sandbox(root, args.bookies, zk_port=args.zk_port, http=args.http, bookie_settings=settings) as sb:
         print(f"sandbox up: ZooKeeper at {sb.connect_string}, bookies "
               f"{', '.join(b.bookie_id for b in sb.bookies)}", flush=True)
+        if client_conf is not None:
+            print(f"client config: {client_conf}", flush=True)
+            print(f"export SPARK_BOOKIE_CLIENT_CONF={client_conf}", flush=True)
         for b in sb.bookies:
             if b.http_url:
                 print(f"bookie {b.bookie_id} http admin on {b.http_url} (/metrics, /api/v1/)", flush=True)
@@ -211,6 +225,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="run the demo, then stop (with --spark: the Spark-first demo, bookies in executors)")
     p.add_argument("--spark", action="store_true",
                    help="host the bookies in Spark executors (jobs/bookie_cluster.py on local-cluster[N,1,1024])")
+    p.add_argument("--secure", action="store_true",
+                   help="TLS with client certificates, token authentication and ZooKeeper ACLs, with a fresh CA; "
+                        "prints the client config to use (docs/security.md)")
     p.add_argument("--http", action="store_true", help="every bookie serves /metrics and the admin API on a port "
                    "of its own (printed)")
     p.add_argument("--hosts", type=int, default=0, help="N hosts (network namespaces as root, else loopback "

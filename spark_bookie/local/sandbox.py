@@ -168,7 +168,8 @@ class Sandbox:
         self.root.mkdir(parents=True, exist_ok=True)
         if self.zk is not None:
             self.zk.start()
-        self.store = connect_metadata(self.connect_string)
+        # A secured sandbox's bookies carry zk_auth: the layout is created with the same ACL.
+        self.store = connect_metadata(self.connect_string, zk_auth=self.settings.get("zk_auth") or None)
         self.store.init_cluster()
         for _ in range(self._count):
             self.add_bookie(wait=False)

@@ -93,3 +93,45 @@ def test_bookies_autorecovery_rereplicates_with_the_client_conf_credentials(clus
         assert ledgers_naming(store, victim) == []
         r = c.open_ledger(lid, b"", recovery=False)
         assert len(r.read(0, 49)) == 50
+
+
+def test_sandbox_secure_prints_a_client_config_that_is_the_only_way_in(tmp_path):
+    """`spark-bookie sandbox --secure`: TLS with client certificates, tokens and ZooKeeper ACLs; the
+    printed client config writes and reads, a client without it gets nothing."""
+    import re
+    import signal
+
+    from bookie_helpers import wait_until
+
+    from ledger_client import errors
+
+    out = tmp_path / "sandbox.out"
+    with open(out, "wb") as f:
+        proc = subprocess.Popen([sys.executable, "-m", "spark_bookie.cli", "sandbox", "--secure", "--bookies", "2",
+                                 "--root", str(tmp_path / "sb")], stdout=f, stderr=subprocess.STDOUT,
+                                start_new_session=True, cwd=REPO)
+    try:
+        wait_until(lambda: "press Ctrl-C" in out.read_text() or proc.poll() is not None, 120, "the sandbox")
+        text = out.read_text()
+        assert proc.poll() is None, text
+        conf = Path(re.search(r"^client config: (\S+)$", text, re.M).group(1))
+        zk = re.search(r"^export SPARK_BOOKIE_ZK=(\S+)$", text, re.M).group(1)
+        assert oct(conf.stat().st_mode & 0o777) == "0o600"
+        cfg = ClientConfig.from_toml(conf)
+        with LedgerClient(zk, config=cfg) as c:
+            w = c.create_ledger(ensemble_size=2, write_quorum_size=2, ack_quorum_size=2, password=b"pw")
+            w.append(b"secure sandbox")
+            w.close()
+            assert c.open_ledger(w.ledger_id, password=b"pw").read(0, 0)[0].data == b"secure sandbox"
+        with pytest.raises(errors.UnauthorizedAccessError):   # no zk_auth: ZooKeeper refuses
+            LedgerClient(zk).close()
+        no_tls = ClientConfig(zk_auth=cfg.zk_auth, auth_token_file=cfg.auth_token_file, operation_timeout_ms=10_000)
+        with LedgerClient(zk, config=no_tls) as c:
+            w = c.create_ledger(ensemble_size=2, write_quorum_size=2, ack_quorum_size=2, password=b"pw")
+            with pytest.raises(errors.LedgerError):
+                w.append(b"no TLS")
+        shell = _cli("shell", "--zk", zk, "listbookies", client_conf=conf)
+        assert shell.returncode == 0 and len(shell.stdout.split()) == 2, shell.stdout + shell.stderr
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=60)
