@@ -5,6 +5,8 @@ segments tiered while a query runs; a restart from the checkpoint reads nothing 
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 from contextlib import contextmanager
 
@@ -18,6 +20,14 @@ from jobs.stream_tiering import TieringConfig, tier_streams
 from ledger_client import ClientConfig, LedgerClient
 
 pytestmark = pytest.mark.spark
+
+KILLER = """
+import os, sys
+from jobs.stream_tiering import TieringConfig, tier_streams
+zk, table, stream, step = sys.argv[1:5]
+tier_streams(TieringConfig(zk, table, stream), hook=lambda name: name == step and os.kill(os.getpid(), 9))
+sys.exit(3)
+"""
 
 ROWS = StructType([StructField("stream", StringType()), StructField("segment", LongType()),
                    StructField("entry_id", LongType()), StructField("slot", IntegerType()),
@@ -124,7 +134,12 @@ def test_batch_read_of_tiered_sealed_and_in_progress_segments(spark, cluster_fac
         with pytest.raises(Exception, match="does not exist"):
             read(spark, zk, "pay/nope").collect()
 
-        # spark-submit jobs/compact_to_delta.py --stream ... --tier, executors writing the files
+        # A tiering process killed after marking (ledgers not deleted yet), then the command run
+        # again (spark-submit jobs/compact_to_delta.py --stream ... --tier, executors writing files)
+        killed = subprocess.run([sys.executable, "-c", KILLER, zk, table, "pay/refunds", "marked"],
+                                capture_output=True, text=True, timeout=120)
+        assert killed.returncode == -9, killed.stderr[-2000:]
+        assert_df_equality(ordered(read(spark, zk, "pay/refunds")), log.df(spark, {"pay/refunds"}))
         assert main(["--zk", zk, "--table", table, "--stream", "pay/refunds", "--tier"], spark=spark) == 0
         assert {s.state for s in pay.stream_info("refunds").segments} == {"tiered"}
         assert_df_equality(ordered(read(spark, zk, "pay/*")), log.df(spark, {"pay/orders", "pay/refunds"}))
