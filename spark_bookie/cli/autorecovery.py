@@ -36,6 +36,16 @@ def add_autorecovery_parser(p: argparse.ArgumentParser, zk_default: str) -> None
     p.add_argument("--http-host", default="127.0.0.1", help="address the admin API binds (default 127.0.0.1)")
 
 
+def tier_step() -> Any:
+    """jobs.stream_tiering.tier_step, so the auditor tiers the sealed segments of namespaces that set
+    tier_after_ms (as the Spark-hosted cluster's does); None where deltalake is not installed."""
+    try:
+        from jobs.stream_tiering import tier_step as step
+    except ImportError:
+        return None
+    return step
+
+
 def run_autorecovery(args: argparse.Namespace) -> int:
     """Auditor candidate + replication worker in the foreground until SIGTERM/SIGINT."""
     from ledger_client.errors import LedgerError
@@ -46,7 +56,8 @@ def run_autorecovery(args: argparse.Namespace) -> int:
         cfg = load_autorecovery_config(args.conf)
         ar = AutoRecovery(args.zk, cfg, candidate_id=args.id or f"{socket.gethostname()}:{os.getpid()}",
                           run_auditor=not args.no_auditor, run_worker=not args.no_worker,
-                          client_config=client_config(getattr(args, "client_conf", None)))
+                          client_config=client_config(getattr(args, "client_conf", None)),
+                          tier_step=tier_step())
     except (RecoveryError, ValueError, LedgerError) as e:
         print(f"{PROG}: error: {e}", file=sys.stderr)
         return 2
@@ -97,7 +108,8 @@ def start_beside_bookie(cfg: BookieConfig) -> AutoRecovery:
             client_cfg = dataclasses.replace(client_cfg, zk_auth=cfg.zk_auth)
     except (RecoveryConfigError, LedgerError) as e:
         raise ConfigError(str(e)) from e
-    ar = AutoRecovery(cfg.zk_connect, ar_cfg, candidate_id=cfg.bookie_id, client_config=client_cfg)
+    ar = AutoRecovery(cfg.zk_connect, ar_cfg, candidate_id=cfg.bookie_id, client_config=client_cfg,
+                      tier_step=tier_step())
     ar.start()
     return ar
 

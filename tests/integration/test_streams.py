@@ -313,3 +313,30 @@ def test_autorecovery_process_applies_retention_to_an_idle_stream(cluster_factor
         assert kept.truncated_before is not None and kept.segments[-1].sequence == before[-1].sequence
         recs = read_all(ns, "idle", 1)
         assert recs and recs[-1].payload == payload(199) and recs[0].dlsn >= kept.truncated_before
+
+
+def test_autorecovery_process_tiers_old_sealed_segments_by_itself(cluster_factory, tmp_path):
+    """A namespace with tier_after_ms + tier_table: the `spark-bookie autorecovery` process's auditor
+    moves sealed segments into Delta; the reader still returns every record with its DLSN."""
+    from autorecovery_helpers import AutoRecoveryProcess, write_autorecovery_conf
+    from bookie_helpers import wait_until
+
+    sb = cluster_factory(3)
+    with client(sb) as c:
+        ns = c.create_namespace("ns", segment_rolling_bytes=300, output_buffer_bytes=100)
+        with ns.open_writer("old") as w:
+            dlsns = [w.write(payload(i)) for i in range(100)]
+        sealed = ns.stream_info("old").segments
+        assert len(sealed) >= 3 and all(s.state == "sealed" for s in sealed)
+        ns.update_settings(tier_after_ms=0, tier_table=str(tmp_path / "tiered"))
+        conf = write_autorecovery_conf(tmp_path / "ar.toml", stream_maintenance_interval_ms=300)
+        ar = AutoRecoveryProcess(sb.connect_string, conf, "ar-1", tmp_path / "ar.log")
+        try:
+            ar.wait_ready()
+            wait_until(lambda: all(s.state == "tiered" for s in ns.stream_info("old").segments), 60,
+                       what="tiering by the autorecovery process")
+        finally:
+            ar.stop()
+        assert all(s.ledger_id is None for s in ns.stream_info("old").segments)   # their ledgers are gone
+        recs = read_all(ns, "old", 100)
+        assert [r.payload for r in recs] == [payload(i) for i in range(100)] and [r.dlsn for r in recs] == dlsns

@@ -48,7 +48,7 @@ ALLOWED: dict[str, set[str]] = {
     "hosting": _BOOKIE | _LIBS | {"deploy", "http"},
     "local": _BOOKIE | _LIBS | {"deploy", "hosting", "http"},
     "bench": _BOOKIE | _LIBS | {"deploy", "hosting", "local", "http"},
-    "cli": _BOOKIE | _LIBS | {"deploy", "hosting", "local", "bench", "http"},
+    "cli": _BOOKIE | _LIBS | {"deploy", "hosting", "local", "bench", "http", "jobs"},
     "jobs": _BOOKIE | _LIBS | {"deploy", "hosting", "local", "http"},
     "pyspark_ledger": {"jobs"},
 }
