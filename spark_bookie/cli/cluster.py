@@ -71,6 +71,8 @@ def _cluster_status(store: MetadataStore, name: str, as_json: bool) -> int:
     h["driver"] = driver
     h["driver_is_auditor"] = last.get("driver_is_auditor")
     h["resubmits"] = driver.get("resubmits", 0)
+    for slot in h["slots"].values():
+        slot["http_state"] = _bookie_http_state(slot)
     if as_json:
         print(json.dumps(h, indent=2, sort_keys=True))
         return 0 if driver else 1
@@ -81,9 +83,32 @@ def _cluster_status(store: MetadataStore, name: str, as_json: bool) -> int:
     print(f"driver: {driver.get('state')} ({driver.get('app_id')} on {driver.get('host')}, pid "
           f"{driver.get('pid')}, last heartbeat {age:.0f} s ago)")
     for k, slot in h["slots"].items():
-        print(f"slot {k}: {slot['state']} {slot['bookie_id']}" + (f" ({slot['error']})" if slot["error"] else ""))
+        http = slot["http_state"]
+        seen = "" if http is None else (f"; http: {http['error']}" if "error" in http else
+                                        f"; http: {'read-only' if http['readOnly'] else 'writable'}")
+        print(f"slot {k}: {slot['state']} {slot['bookie_id']}" + (f" ({slot['error']})" if slot["error"] else "")
+              + seen)
     print(f"health: {health_line(h)}")
     return 0
+
+
+def _bookie_http_state(slot: dict[str, object]) -> dict[str, object] | None:
+    """The bookie's own /api/v1/bookie/state when its slot serves HTTP (bookie_cluster.py
+    --bookie-http-base-port): what the bookie says, beside what its slot wrote in ZooKeeper."""
+    import urllib.request
+
+    port, bookie_id = slot.get("http_port"), slot.get("bookie_id")
+    if not port or not isinstance(bookie_id, str):
+        return None
+    url = f"http://{bookie_id.rpartition(':')[0]}:{port}/api/v1/bookie/state"
+    try:
+        with urllib.request.urlopen(url, timeout=3) as resp:
+            state = json.loads(resp.read())
+    except (OSError, ValueError) as e:
+        return {"url": url, "error": f"unreachable ({e})"}
+    if not isinstance(state, dict):
+        return {"url": url, "error": "not a state object"}
+    return {"url": url, **state}
 
 
 def run_spark_sandbox(root: str, bookies: int, zk_port: int | None, wait: Callable[[], object]) -> int:

@@ -45,7 +45,8 @@ def cluster_health(store: MetadataStore, name: str, wanted: int, *, is_auditor: 
         "time_ms": int(time.time() * 1000),
         "bookies_wanted": wanted,
         "slots_serving": sum(1 for s in slots.values() if state(s) == SERVING),
-        "slots": {str(k): {"state": state(s), "bookie_id": s.get("bookie_id"), "error": s.get("error", "")}
+        "slots": {str(k): {"state": state(s), "bookie_id": s.get("bookie_id"), "error": s.get("error", ""),
+                           "http_port": s.get("http_port", 0)}
                   for k, s in sorted(slots.items())},
         "writable": writable,
         "readonly": readonly,

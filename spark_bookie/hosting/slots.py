@@ -292,6 +292,7 @@ class SlotStatus:
     registered: bool = False
     autorecovery: str = "off"
     error: str = ""
+    http_port: int = 0  # the bookie's admin API (http_base_port + slot), 0 = none
 
     def encode(self) -> bytes:
         return json.dumps(asdict(self), sort_keys=True).encode()
@@ -437,6 +438,7 @@ class SlotRunner:
         except OSError as e:
             log.error("slot %d: no HTTP admin on port %d: %s", self.slot, port, e)
             return
+        self.status.http_port = port
         log.info("slot %d: bookie %s http admin on %s", self.slot, bookie.bookie_id, self.admin.url)
 
     def _registered(self) -> bool:
@@ -471,6 +473,7 @@ class SlotRunner:
             except Exception:
                 log.exception("slot %d: stopping the HTTP admin failed", self.slot)
             self.admin = None
+            self.status.http_port = 0
         if self.recovery is not None:
             try:
                 self.recovery.stop()

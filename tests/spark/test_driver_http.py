@@ -5,6 +5,8 @@ runs, and BookKeeper's endpoints over the executors' bookies."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -73,3 +75,15 @@ def test_driver_serves_metrics_and_admin_api(tmp_path):
         assert added == 20
         for u in bookie_urls:
             assert _samples(u)["bookie_SERVER_STATUS"] == 1.0 and _get(u + "/api/v1/bookie/is_ready")[0] == 200
+        # `cluster status` asks each bookie itself, beside what its slot wrote in ZooKeeper
+        out = subprocess.run([sys.executable, "-m", "spark_bookie.cli", "cluster", "status", "--zk",
+                              sb.connect_string, "--name", sb.name, "--json"], capture_output=True, text=True,
+                             timeout=120)
+        assert out.returncode == 0, out.stderr
+        slots = json.loads(out.stdout)["slots"]
+        assert {s["http_port"] for s in slots.values()} == {bookie_base, bookie_base + 1}
+        assert all(s["http_state"]["running"] is True and s["http_state"]["readOnly"] is False
+                   for s in slots.values()), slots
+        text = subprocess.run([sys.executable, "-m", "spark_bookie.cli", "cluster", "status", "--zk",
+                               sb.connect_string, "--name", sb.name], capture_output=True, text=True, timeout=120)
+        assert text.stdout.count("http: writable") == 2, text.stdout
