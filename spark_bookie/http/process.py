@@ -12,11 +12,14 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from spark_bookie.http.routes import AdminContext, build_routes
+from spark_bookie.http.security import ReloadingContext, redacted, token_guard
 from spark_bookie.http.server import AdminServer
 
 if TYPE_CHECKING:
+    from ledger_client import ClientConfig
     from recovery import AutoRecovery
     from spark_bookie.server.bookie import Bookie
+    from spark_bookie.server.config import BookieConfig
 
 log = logging.getLogger(__name__)
 
@@ -51,10 +54,27 @@ def serve_bookie(bookie: Bookie, port: int, autorecovery: AutoRecovery | None = 
     registry = bookie.registry
     if autorecovery is not None:
         autorecovery_registry(autorecovery, registry)
-    config = {f.name: getattr(bookie.config, f.name) for f in dataclasses.fields(bookie.config) if f.name != "extra"}
-    ctx = AdminContext(bookie.config.zk_connect, registry, bookie=bookie, autorecovery=autorecovery, config=config)
-    server = AdminServer(host or bookie.config.host, port, build_routes(ctx), registry)
+    cfg = bookie.config
+    config = redacted({f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg) if f.name != "extra"})
+    ctx = AdminContext(cfg.zk_connect, registry, bookie=bookie, autorecovery=autorecovery, config=config,
+                       client_config=_client_config(cfg))
+    guard = token_guard(bookie.token_verifier) if bookie.token_verifier is not None else None
+    tls = None
+    if cfg.tls_enabled:   # the gRPC port's certificate and rules serve the admin port too
+        tls = ReloadingContext(cfg.tls_certificate_path, cfg.tls_key_path, cfg.tls_trust_store_path,
+                               cfg.tls_client_authentication, float(cfg.tls_cert_files_refresh_duration_s)).refreshed
+    server = AdminServer(host or cfg.host, port, build_routes(ctx), registry, guard, tls)
     return ProcessAdmin(server.start(), ctx)
+
+
+def _client_config(cfg: BookieConfig) -> ClientConfig | None:
+    """The credentials the admin API's own ledger client presents: the bookie's client_conf, or
+    its zk_auth alone (OSError-free: a bad file was refused when autorecovery or start read it)."""
+    from ledger_client import ClientConfig
+
+    if cfg.client_conf:
+        return ClientConfig.from_toml(cfg.client_conf)
+    return ClientConfig(zk_auth=cfg.zk_auth) if cfg.zk_auth else None
 
 
 def serve_autorecovery(ar: AutoRecovery, port: int, host: str = "127.0.0.1") -> ProcessAdmin:

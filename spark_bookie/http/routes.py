@@ -34,7 +34,7 @@ from spark_bookie.http.params import (
 from spark_bookie.http.server import Request, Response, Routes
 
 if TYPE_CHECKING:
-    from ledger_client import LedgerClient
+    from ledger_client import ClientConfig, LedgerClient
     from metadata import LedgerMetadata
     from recovery import AutoRecovery
     from spark_bookie.server.bookie import Bookie
@@ -54,6 +54,7 @@ class AdminContext:
     autorecovery: AutoRecovery | None = None
     config: Mapping[str, object] = field(default_factory=dict)
     ready: Callable[[], bool] | None = None  # overrides is_ready's rule (the Spark driver: hosting job running)
+    client_config: ClientConfig | None = None  # credentials of the ledger client (secured clusters)
     _client: LedgerClient | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
     decommissions: dict[str, threading.Thread] = field(default_factory=dict)
@@ -63,7 +64,7 @@ class AdminContext:
             if self._client is None:
                 from ledger_client import LedgerClient
 
-                self._client = LedgerClient(self.zk_connect)
+                self._client = LedgerClient(self.zk_connect, config=self.client_config)
             return self._client
 
     def close(self) -> None:

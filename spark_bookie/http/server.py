@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import json
 import logging
+import socket
+import ssl
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -28,6 +30,7 @@ from spark_bookie.http.params import ApiError, parse_query
 log = logging.getLogger(__name__)
 
 BODY_BYTES_MAX = 1 << 20  # admin requests are small; a larger body is refused (413)
+REQUEST_TIMEOUT_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -36,6 +39,7 @@ class Request:
     path: str
     params: dict[str, str]
     body: bytes
+    authorization: str | None = None   # the Authorization header (a bearer token, docs/security.md)
 
 
 @dataclass(frozen=True)
@@ -56,11 +60,15 @@ class Response:
 Handler = Callable[[Request], Response]
 # path -> {method: handler}
 Routes = dict[str, dict[str, Handler]]
+Guard = Callable[[Request], None]
+"""Raises ApiError (401, 403) for a request its caller may not make (spark_bookie.http.security)."""
 
 
-def dispatch(routes: Routes, registry: CollectorRegistry, req: Request) -> Response:
+def dispatch(routes: Routes, registry: CollectorRegistry, req: Request, guard: Guard | None = None) -> Response:
     """The answer to one request; never raises."""
     try:
+        if guard is not None:
+            guard(req)
         if req.path == "/metrics":
             if req.method != "GET":
                 raise ApiError(405, "use GET for /metrics")
@@ -82,6 +90,7 @@ def dispatch(routes: Routes, registry: CollectorRegistry, req: Request) -> Respo
 class _Handler(BaseHTTPRequestHandler):
     server: _Server
     protocol_version = "HTTP/1.1"
+    timeout = REQUEST_TIMEOUT_S   # a client that stalls (or a TLS handshake that never ends) loses its thread
 
     def _serve(self) -> None:
         url = urlsplit(self.path)
@@ -90,8 +99,8 @@ class _Handler(BaseHTTPRequestHandler):
             if length < 0 or length > BODY_BYTES_MAX:
                 raise ApiError(413, f"request body over {BODY_BYTES_MAX} bytes")
             body = self.rfile.read(length) if length else b""
-            req = Request(self.command, url.path, parse_query(url.query), body)
-            resp = dispatch(self.server.routes, self.server.registry, req)
+            req = Request(self.command, url.path, parse_query(url.query), body, self.headers.get("Authorization"))
+            resp = dispatch(self.server.routes, self.server.registry, req, self.server.guard)
         except ApiError as e:
             resp = Response.json({"error": e.message}, e.status)
         except ValueError:
@@ -113,18 +122,36 @@ class _Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
 
-    def __init__(self, address: tuple[str, int], routes: Routes, registry: CollectorRegistry) -> None:
+    def __init__(self, address: tuple[str, int], routes: Routes, registry: CollectorRegistry,
+                 guard: Guard | None = None, tls: Callable[[], ssl.SSLContext] | None = None) -> None:
         self.routes = routes
         self.registry = registry
+        self.guard = guard
+        self.tls = tls
         super().__init__(address, _Handler)
+
+    def get_request(self) -> tuple[socket.socket, Any]:
+        """With TLS, the accepted socket is wrapped here and its handshake runs on the request's
+        own thread (on first read, under the handler's timeout), never on the accepting one."""
+        sock, addr = super().get_request()
+        if self.tls is not None:
+            sock = self.tls().wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
+        return sock, addr
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        log.info("admin connection from %s failed", client_address, exc_info=True)  # e.g. a TLS handshake
 
 
 class AdminServer:
     """Serves `routes` and /metrics of `registry` on host:port (port 0: one the OS picks) until
     stop(). OSError from the constructor when the port cannot be bound."""
 
-    def __init__(self, host: str, port: int, routes: Routes, registry: CollectorRegistry) -> None:
-        self._server = _Server((host, port), routes, registry)
+    def __init__(self, host: str, port: int, routes: Routes, registry: CollectorRegistry,
+                 guard: Guard | None = None, tls: Callable[[], ssl.SSLContext] | None = None) -> None:
+        """`guard`: who may call what (spark_bookie.http.security); `tls`: the SSLContext of each
+        new connection (a function, so that a rotated certificate is picked up)."""
+        self._server = _Server((host, port), routes, registry, guard, tls)
+        self.tls = tls is not None
         self.host = host
         self.port = int(self._server.server_address[1])
         self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.2},
@@ -136,7 +163,7 @@ class AdminServer:
 
     @property
     def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
+        return f"{'https' if self.tls else 'http'}://{self.host}:{self.port}"
 
     def stop(self) -> None:
         if self._thread.is_alive():

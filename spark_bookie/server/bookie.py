@@ -87,6 +87,7 @@ class Bookie:
         self._loop_thread: threading.Thread | None = None
         self._server: grpc.aio.Server | None = None
         self._add_server: AddListener | None = None
+        self.token_verifier: TokenVerifier | None = None  # set at start when auth_enabled (the admin API uses it)
         self.add_port = 0  # the TCP add listener's port once started (config.add_port 0 = OS-picked)
         self._executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="bookie-read")
         self.storage = LedgerStorage(
@@ -219,7 +220,7 @@ class Bookie:
         loop = asyncio.new_event_loop()
         self._loop = loop
 
-        verifier = self._token_verifier()
+        verifier = self.token_verifier = self._token_verifier()
         interceptors = [TokenInterceptor(verifier)] if verifier is not None else []
         tls = server_credentials(self.config)[0] if self.config.tls_enabled else None
 

@@ -136,3 +136,45 @@ def _wait_refused(zk: str, cfg: ClientConfig, timeout_s: float = 60) -> None:
             return
         assert time.monotonic() < deadline, "the bookie kept its old certificate"
         time.sleep(0.5)
+
+
+def test_admin_api_over_https_needs_a_token_and_the_admin_role_for_changes(cluster_factory, pki):
+    """The HTTP admin port: TLS with the bookie's certificate, GETs need a valid token, gc and
+    ledger delete the admin role (401 without a token, 403 with a client one), health stays open,
+    and server_config does not show the ZooKeeper credentials."""
+    import json
+    import ssl
+    import urllib.error
+    import urllib.request
+
+    from spark_bookie.local.zookeeper import free_port
+
+    port = free_port()
+    sb = _tls_cluster(cluster_factory, pki, bookies=1, http_port=port)
+    base = f"https://127.0.0.1:{port}"
+    ctx = ssl.create_default_context(cafile=str(pki["ca"]))
+    admin, client = mint_token(SECRET, "ops", "admin"), mint_token(SECRET, "app", "client")
+
+    def call(path: str, method: str = "GET", token: str | None = None) -> tuple[int, str]:
+        req = urllib.request.Request(base + path, method=method, headers={"Authorization": f"Bearer {token}"}
+                                     if token else {})
+        try:
+            with urllib.request.urlopen(req, timeout=30, context=ctx) as resp:
+                return resp.status, resp.read().decode()
+        except urllib.error.HTTPError as e:
+            return e.code, e.read().decode()
+
+    assert call("/heartbeat")[0] == 200 and call("/metrics")[0] == 200
+    assert call("/api/v1/bookie/info")[0] == 401
+    assert call("/api/v1/bookie/info", token=mint_token(b"another-secret-0123456789abcdef-xyz", "x", "admin"))[0] == 401
+    status, body = call("/api/v1/config/server_config", token=client)
+    assert status == 200 and str(json.loads(body)["tls_enabled"]).lower() == "true"
+    assert call("/api/v1/bookie/gc", "PUT", token=client)[0] == 403
+    assert call("/api/v1/bookie/gc", "PUT", token=admin)[0] == 200
+    lid = _write(sb.connect_string, _config(tls_ca_path=str(pki["ca"])), ensemble=1)
+    assert call(f"/api/v1/ledger/delete?ledger_id={lid}", "DELETE", token=client)[0] == 403
+    assert call(f"/api/v1/ledger/delete?ledger_id={lid}", "DELETE", token=admin)[0] == 200
+    import http.client
+
+    with pytest.raises((urllib.error.URLError, http.client.HTTPException, OSError)):   # plain HTTP: no answer
+        urllib.request.urlopen(f"http://127.0.0.1:{port}/heartbeat", timeout=10)
