@@ -102,7 +102,11 @@ def ledger_extents(client: LedgerClient, opts: SourceOptions, pushdown: Pushdown
 def connect(opts: SourceOptions) -> LedgerClient:
     from ledger_client import ClientConfig, LedgerClient
 
-    return LedgerClient(opts.zk, config=ClientConfig(zk_session_timeout_ms=10_000, operation_timeout_ms=60_000))
+    if opts.client_conf:
+        config = ClientConfig.from_toml(opts.client_conf, zk_session_timeout_ms=10_000, operation_timeout_ms=60_000)
+    else:
+        config = ClientConfig(zk_session_timeout_ms=10_000, operation_timeout_ms=60_000)
+    return LedgerClient(opts.zk, config=config)
 
 
 # ---------------------------------------------------------------- executors: spans → Arrow batches

@@ -29,6 +29,7 @@ ID_MAX = (1 << 63) - 1
 DECODES = ("none", "utf8", "json")
 ENTRIES_PER_PARTITION_DEFAULT = 100_000   # ~100 MiB of 1 KiB entries: near Spark's 128 MiB split size
 ZK_ENV = "SPARK_BOOKIE_ZK"
+CLIENT_CONF_ENV = "SPARK_BOOKIE_CLIENT_CONF"  # the client TOML of a secured cluster (docs/security.md)
 
 
 def _int_option(options: Mapping[str, str], name: str, default: int, minimum: int) -> int:
@@ -75,6 +76,7 @@ class SourceOptions:
     batch_entries: int = 16_384                # rows per Arrow batch a task yields
     starting_offsets: str = "earliest"         # streaming: earliest | latest
     max_entries_per_trigger: int = 0           # streaming: 0 = no limit
+    client_conf: str | None = None             # client TOML (TLS, token, zk_auth; docs/security.md), on every executor
 
     @staticmethod
     def parse(options: Mapping[str, str], env: Mapping[str, str] | None = None) -> SourceOptions:
@@ -107,6 +109,7 @@ class SourceOptions:
             batch_entries=_int_option(options, "batch_entries", 16_384, 1),
             starting_offsets=starting,
             max_entries_per_trigger=_int_option(options, "max_entries_per_trigger", 0, 0),
+            client_conf=(options.get("client_conf") or env.get(CLIENT_CONF_ENV) or "").strip() or None,
         )
 
     def payload_ddl(self) -> str:

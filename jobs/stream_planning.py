@@ -23,7 +23,7 @@ from dataclasses import dataclass, field, replace
 
 from pyspark.sql.datasource import EqualTo, Filter, In
 
-from jobs.source_options import DECODES, ZK_ENV, IdRange, _int_option
+from jobs.source_options import CLIENT_CONF_ENV, DECODES, ZK_ENV, IdRange, _int_option
 from ledger_client.errors import IncorrectParameterError
 from ledger_client.stream.dlsn import DLSN
 
@@ -91,6 +91,7 @@ class StreamSourceOptions:
     starting_offsets: str = "earliest"                     # earliest | latest | json
     starting_dlsns: tuple[tuple[str, DLSN], ...] = ()      # with json: stream -> first DLSN to read
     max_records_per_trigger: int = 0                       # streaming: 0 = no limit
+    client_conf: str | None = None                         # client TOML (TLS, token, zk_auth), on every executor
 
     @staticmethod
     def parse(options: Mapping[str, str], env: Mapping[str, str] | None = None) -> StreamSourceOptions:
@@ -112,7 +113,8 @@ class StreamSourceOptions:
             entries_per_partition=_int_option(options, "entries_per_partition", ENTRIES_PER_PARTITION_DEFAULT, 1),
             min_partitions=_int_option(options, "min_partitions", 1, 1),
             starting_offsets=starting, starting_dlsns=dlsns,
-            max_records_per_trigger=_int_option(options, "max_records_per_trigger", 0, 0))
+            max_records_per_trigger=_int_option(options, "max_records_per_trigger", 0, 0),
+            client_conf=(options.get("client_conf") or env.get(CLIENT_CONF_ENV) or "").strip() or None)
 
     def payload_ddl(self) -> str:
         if self.decode == "utf8":

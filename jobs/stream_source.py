@@ -64,7 +64,11 @@ class StreamPartition(InputPartition):
 def connect(opts: StreamSourceOptions) -> LedgerClient:
     from ledger_client import ClientConfig, LedgerClient
 
-    return LedgerClient(opts.zk, config=ClientConfig(zk_session_timeout_ms=10_000, operation_timeout_ms=60_000))
+    if opts.client_conf:
+        config = ClientConfig.from_toml(opts.client_conf, zk_session_timeout_ms=10_000, operation_timeout_ms=60_000)
+    else:
+        config = ClientConfig(zk_session_timeout_ms=10_000, operation_timeout_ms=60_000)
+    return LedgerClient(opts.zk, config=config)
 
 
 def resolve_streams(client: LedgerClient, opts: StreamSourceOptions, strict: bool) -> list[tuple[str, str]]:

@@ -135,3 +135,29 @@ def test_sandbox_secure_prints_a_client_config_that_is_the_only_way_in(tmp_path)
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         proc.wait(timeout=60)
+
+
+def test_spark_sources_read_a_secured_cluster_with_option_client_conf(cluster_factory, tmp_path):
+    """The `ledger` source's client (driver and executors) takes option client_conf (or
+    $SPARK_BOOKIE_CLIENT_CONF): without it a secured cluster is closed to it."""
+    from jobs.ledger_source import connect as source_connect
+    from jobs.source_options import SourceOptions
+    from jobs.stream_planning import StreamSourceOptions
+    from jobs.stream_source import connect as stream_connect
+    from ledger_client import errors
+
+    sb, conf = _secured(cluster_factory, tmp_path, 1)
+    with LedgerClient(sb.connect_string, config=ClientConfig.from_toml(conf)) as c:
+        w = c.create_ledger(ensemble_size=1, write_quorum_size=1, ack_quorum_size=1)
+        w.append(b"for spark")
+        w.close()
+    opts = SourceOptions.parse({"zk": sb.connect_string, "client_conf": str(conf)}, env={})
+    with source_connect(opts) as c:
+        assert c.open_ledger(w.ledger_id, b"", recovery=False).read(0, 0)[0].data == b"for spark"
+    stream_opts = StreamSourceOptions.parse({"zk": sb.connect_string, "streams": "ns/s"},
+                                            env={"SPARK_BOOKIE_CLIENT_CONF": str(conf)})
+    assert stream_opts.client_conf == str(conf)
+    with stream_connect(stream_opts) as c:
+        assert w.ledger_id in list(c.list_ledgers())
+    with pytest.raises(errors.UnauthorizedAccessError):
+        source_connect(SourceOptions.parse({"zk": sb.connect_string}, env={})).close()
