@@ -279,10 +279,15 @@ class Hosts:
             self.mode = NETNS
             try:
                 self._make_network()
+            except HostsError as e:  # root without the capability (a container): fall back, or fail
+                self.close()
+                if self.requested_mode == NETNS:
+                    raise
+                why, self.mode = f"making the namespaces failed: {e}", LOOPBACK
             except BaseException:
                 self.close()
                 raise
-        else:
+        if why is not None:
             self.reason = why
             log.warning("hosts fall back to loopback addresses 127.0.0.2.. (no partitions, no netem): %s", why)
             self.hosts = [Host(k, f"127.0.0.{k + 1}", self._disk(k)) for k in range(1, self.count + 1)]
@@ -354,6 +359,7 @@ class Hosts:
                 self.kill(host)
         if self.slot is not None:
             clean_slot(self.slot)
+            self.slot = None
         if self._slot_lock is not None:
             self._slot_lock.close()
             self._slot_lock = None

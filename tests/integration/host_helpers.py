@@ -139,3 +139,30 @@ def check_placement(cluster: MultiHostCluster, store: MetadataStore | None = Non
             assert len(set(hosts)) == len(hosts), f"ledger {lid} fragment {first}: {ensemble} on hosts {hosts}"
             fragments += 1
     return fragments
+
+
+def assert_fenced_on_every_bookie(c: LedgerClient, ledger_id: int) -> None:
+    """What "the old writer gets no more acks" rests on, checked on the bookies themselves: in the
+    last fragment, every write set has fewer than Qa bookies that still take a plain (non-recovery)
+    add past the end, as the old writer's next add would be. Recovery need not fence every bookie
+    (one it could not reach stays unfenced), only enough that no write set can reach Qa acks."""
+    from ledger_client.machines import write_set
+    from ledger_client.protocol import bookkeeper_pb2 as pb
+    from ledger_client.protocol.framing import Digester, DigestType, master_key
+    from ledger_client.transport import BookieClient
+
+    md = c.ledger_metadata(ledger_id)
+    ensemble = md.ensembles[max(md.ensembles)]
+    entry = md.last_entry_id + 1
+    body = Digester(DigestType.CRC32C, b"").frame(ledger_id, entry, md.last_entry_id, md.length + 4, b"late")
+    takes_adds = set()
+    for bookie in ensemble:
+        with BookieClient(bookie) as bc:
+            resp = bc.add(ledger_id, entry, master_key(b""), body).result(timeout=60)
+        assert resp.status in (pb.EOK, pb.EFENCED), f"{bookie}: {pb.StatusCode.Name(resp.status)}"
+        if resp.status == pb.EOK:
+            takes_adds.add(bookie)
+    for e in range(md.ensemble_size):
+        open_in_set = [ensemble[i] for i in write_set(e, md.ensemble_size, md.write_quorum_size)
+                       if ensemble[i] in takes_adds]
+        assert len(open_in_set) < md.ack_quorum_size, f"write set of entry {e} could still ack: {open_in_set}"

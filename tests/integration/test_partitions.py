@@ -12,7 +12,14 @@ import time
 import pytest
 from bookie_helpers import wait_until
 from client_helpers import data
-from host_helpers import Agent, check_ledger, check_placement, client, multihost_fixture  # noqa: F401
+from host_helpers import (  # noqa: F401  (multihost_fixture: the `multihost` fixture)
+    Agent,
+    assert_fenced_on_every_bookie,
+    check_ledger,
+    check_placement,
+    client,
+    multihost_fixture,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -56,6 +63,7 @@ def test_writer_cut_from_its_ensemble_while_a_reader_recovers(multihost, seed) -
         acked = writer.acked()
         assert not acked or max(acked) <= end, f"writer acked {max(acked)} beyond the recovered end {end}"
         check_ledger(c, ledger_id, acked, [reader])
+        assert_fenced_on_every_bookie(c, ledger_id)
         writer.stop()
         check_placement(cluster)
     finally:
@@ -134,6 +142,7 @@ def test_asymmetric_partitions_during_recovery(multihost, seed) -> None:
                         "the fenced writer to fail after the heal")
         readers = [Agent(hosts[i], "read", cluster.connect_string, ledger_id) for i in (1, 5)]
         check_ledger(c, ledger_id, writer.acked(), readers)
+        assert_fenced_on_every_bookie(c, ledger_id)
         writer.stop()
         check_placement(cluster)
     finally:
@@ -169,6 +178,7 @@ def test_writer_cut_from_zookeeper_in_the_middle_of_an_ensemble_change(multihost
         assert max(writer.acked()) <= end
         reader = Agent(hosts[1], "read", cluster.connect_string, ledger_id)
         check_ledger(c, ledger_id, writer.acked(), [reader])
+        assert_fenced_on_every_bookie(c, ledger_id)
         writer.stop()
         check_placement(cluster)
     finally:
