@@ -37,6 +37,8 @@ def add_append_parser(sub: Any) -> None:
     p.add_argument("--seconds-at-rate", type=_positive(float), default=10.0, help="duration of the 1,000/s latency run")
     p.add_argument("--json", default="bench-append.json")
     p.add_argument("--quick", action="store_true", help="smaller runs (smoke test)")
+    p.add_argument("--tls", action="store_true",
+                   help="also on a secured cluster (mTLS, tokens, zk_auth) beside the same runs on plain gRPC")
     p.set_defaults(func_bench=bench_append)
 
 
@@ -180,15 +182,48 @@ def bench_append(args: argparse.Namespace) -> int:
             with LedgerClient(sb.connect_string, config=ClientConfig(bookie_add_transport="grpc")) as grpc_client:
                 res["E3Qw3Qa2_at_1000_grpc"] = _latency_at_rate(grpc_client, (3, 3, 2), 1000.0, seconds,
                                                                 args.entry_bytes, pids)
+                if args.tls:   # TLS clients use gRPC: plain gRPC is what TLS is compared with
+                    res["E3Qw3Qa2_grpc"] = _throughput(grpc_client, (3, 3, 2), entries, args.entry_bytes, pids)
             for cfg in CONFIGS:
                 name = "E{}Qw{}Qa{}".format(*cfg)
                 res[name] = _throughput(client, cfg, entries, args.entry_bytes, pids)
+    if args.tls:
+        res.update(_secured_runs(root / "secure", entries, seconds, args.entry_bytes))
     res["peer_redis"] = redis_peer(root / "redis", 5.0 if args.quick else 10.0, args.entry_bytes)
     shutil.rmtree(root, ignore_errors=True)
     _report(res)
     Path(args.json).write_text(json.dumps(res, indent=2))
     print(f"results written to {args.json}")
     return 0
+
+
+def _secured_runs(root: Path, entries: int, seconds: float, size: int) -> dict[str, Any]:
+    """The E3Qw3Qa2 runs on a cluster with everything on (sandbox --secure): TLS with client
+    certificates on gRPC, a token checked per call, ZooKeeper ACLs."""
+    from ledger_client import ClientConfig, LedgerClient
+    from spark_bookie.local.sandbox import Sandbox
+    from spark_bookie.local.secure import make_secure_files
+
+    files = make_secure_files(root / "files")
+    settings = {"gc_interval_ms": 3_600_000, **files.bookie_settings()}
+    with Sandbox(root / "cluster", 3, bookie_settings=settings) as sb:
+        with LedgerClient(sb.connect_string, config=ClientConfig.from_toml(files.client_conf_path)) as client:
+            pids = [b.proc.pid for b in sb.bookies if b.proc is not None]
+            _throughput(client, (3, 3, 2), min(entries, 5_000), size, pids)  # warm-up
+            return {"E3Qw3Qa2_at_1000_tls": _latency_at_rate(client, (3, 3, 2), 1000.0, seconds, size, pids),
+                    "E3Qw3Qa2_tls": _throughput(client, (3, 3, 2), entries, size, pids)}
+
+
+def _report_tls(res: dict[str, Any]) -> None:
+    if "E3Qw3Qa2_tls" not in res:
+        return
+    plain, tls = res["E3Qw3Qa2_grpc"], res["E3Qw3Qa2_tls"]
+    lp, lt = res["E3Qw3Qa2_at_1000_grpc"], res["E3Qw3Qa2_at_1000_tls"]
+    print(f"security (mTLS + token + zk_auth, adds on gRPC) vs plain gRPC, E3Qw3Qa2: {tls['entries_per_s']:,.0f} vs "
+          f"{plain['entries_per_s']:,.0f} entries/s ({tls['entries_per_s'] / plain['entries_per_s']:.2f}x); CPU per "
+          f"entry client {tls['client_cpu_us_per_entry']:.0f} vs {plain['client_cpu_us_per_entry']:.0f} us, bookies "
+          f"{tls['bookies_cpu_us_per_entry']:.0f} vs {plain['bookies_cpu_us_per_entry']:.0f} us; at 1,000/s p50 "
+          f"{lt['p50_ms']:.2f} vs {lp['p50_ms']:.2f} ms, p99 {lt['p99_ms']:.2f} vs {lp['p99_ms']:.2f} ms")
 
 
 def _report(res: dict[str, Any]) -> None:
@@ -208,6 +243,7 @@ def _report(res: dict[str, Any]) -> None:
         t = res[name]
         print(f"  CPU per entry at 1,000/s ({'grpc' if name.endswith('grpc') else 'tcp'}): client "
               f"{t['client_cpu_us_per_entry']:.0f} us, bookies {t['bookies_cpu_us_per_entry']:.0f} us")
+    _report_tls(res)
     h = res["host_round_trip"]
     steals = ", ".join(f"{res[k]['host_steal_share']:.0%}" for k in
                        ("E3Qw3Qa2_at_1000", "E3Qw2Qa2_at_1000", "E3Qw3Qa2_at_1000_grpc"))
