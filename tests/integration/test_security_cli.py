@@ -161,3 +161,48 @@ def test_spark_sources_read_a_secured_cluster_with_option_client_conf(cluster_fa
         assert w.ledger_id in list(c.list_ledgers())
     with pytest.raises(errors.UnauthorizedAccessError):
         source_connect(SourceOptions.parse({"zk": sb.connect_string}, env={})).close()
+
+
+def test_spark_hosted_slot_serves_a_secured_cluster(zk_connect, tmp_path):
+    """A Spark-hosted bookie (the slot task, run here in a thread without Spark) takes the security
+    keys from the hosting job's bookie settings; its metadata session and replication worker use
+    zk_auth and the client_conf."""
+    import threading
+
+    from bookie_helpers import wait_until
+
+    from spark_bookie.hosting.slots import SERVING, HostingConfig, read_slot_statuses, request_stop, run_slot
+    from spark_bookie.local.zookeeper import free_port
+
+    secret = tmp_path / "secret"
+    secret.write_bytes(SECRET)
+    conf = _write_client_conf(tmp_path / "client.toml", zk_auth=ZK_AUTH,
+                              auth_token=mint_token(SECRET, "slot", "client", ttl_s=3600))
+    with connect(zk_connect, zk_auth=ZK_AUTH) as store:
+        store.init_cluster()
+        cfg = HostingConfig(zk_connect=zk_connect, bookies=1, data_root=str(tmp_path / "data"), base_port=free_port(),
+                            autorecovery=True, heartbeat_interval_ms=200, zk_session_timeout_ms=4_000,
+                            bookie_settings=(("auth_enabled", True), ("auth_token_secret_path", str(secret)),
+                                             ("client_conf", str(conf)), ("gc_interval_ms", 3_600_000),
+                                             ("zk_auth", ZK_AUTH))).validate()
+        errors_seen: list[BaseException] = []
+
+        def run() -> None:
+            try:
+                list(run_slot(cfg, 0, []))
+            except BaseException as e:
+                errors_seen.append(e)
+
+        t = threading.Thread(target=run, daemon=True)
+        t.start()
+        try:
+            wait_until(lambda: read_slot_statuses(store, cfg.name).get(0, {}).get("state") == SERVING, 60, "serving")
+            assert read_slot_statuses(store, cfg.name)[0]["autorecovery"] == "worker"
+            with LedgerClient(zk_connect, config=ClientConfig.from_toml(conf)) as c:
+                w = c.create_ledger(ensemble_size=1, write_quorum_size=1, ack_quorum_size=1)
+                assert w.append(b"hosted") == 0
+                w.close()
+        finally:
+            request_stop(store, cfg.name, "test")
+            t.join(30)
+        assert not t.is_alive() and not errors_seen, errors_seen
