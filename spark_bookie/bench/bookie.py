@@ -198,7 +198,7 @@ def bench_bookie(args: argparse.Namespace) -> int:
     finally:
         sb.stop()
     try:
-        res["metrics_cost"] = metrics_cost(base, min(entries, 50_000), args.entry_bytes, args.window,
+        res["metrics_cost"] = metrics_cost(base, min(entries, 100_000), args.entry_bytes, args.window,
                                            rounds=1 if args.quick else 5)
     finally:
         for leftover in ("cluster", "journal-only", "storage-none", "storage-lz4", "metrics-on", "metrics-off"):
@@ -244,13 +244,17 @@ def _report(res: dict[str, Any]) -> None:
         rows.append((f"bookie: offered {offered:,} adds/s", f"{a['adds_per_s']:,.0f} adds/s",
                      f"p50 {a['p50_ms']:.2f} ms, p99 {a['p99_ms']:.2f} ms, p999 {a['p999_ms']:.2f} ms"))
     m = res["metrics_cost"]
-    res["goals"][f"metrics_cost<{GOAL_METRICS_COST_PERCENT}%"] = m["cost_percent"] < GOAL_METRICS_COST_PERCENT
+    # CPU is read in clock ticks (10 ms): a --quick run's one short round cannot resolve 5%.
+    judged = len(m["runs"]["on"]) >= 3
+    if judged:
+        res["goals"][f"metrics_cost<{GOAL_METRICS_COST_PERCENT}%"] = m["cost_percent"] < GOAL_METRICS_COST_PERCENT
     rows.append(("bookie: saturated adds, metrics on", f"{m['metrics_on_adds_per_s']:,.0f} adds/s",
                  f"best of {len(m['runs']['on'])} runs alternating with the next row; bookie CPU "
                  f"{m['median_on_cpu_us_per_add']:.1f} us/add (median); hooks {m['hook_us_per_batch']:.1f} us/batch"))
     rows.append(("bookie: saturated adds, metrics off", f"{m['metrics_off_adds_per_s']:,.0f} adds/s",
                  f"bookie CPU {m['median_off_cpu_us_per_add']:.1f} us/add: metrics cost {m['cost_percent']:+.1f}% "
-                 f"of CPU per add (goal < {GOAL_METRICS_COST_PERCENT}%); best throughput differs by "
+                 f"of CPU per add (goal < {GOAL_METRICS_COST_PERCENT}%"
+                 f"{'' if judged else '; not judged: --quick is too short'}); best throughput differs by "
                  f"{m['throughput_cost_percent']:+.1f}%"))
     w = max(len(r[0]) for r in rows)
     print()
