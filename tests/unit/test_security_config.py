@@ -1,0 +1,126 @@
+"""Token verification and the security keys of the bookie and client configurations (DESIGN §4.8):
+every way a token can be wrong is refused with AuthError, and a bad combination of keys is refused
+at load with a message naming it."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import jwt
+import pytest
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import rsa
+
+from ledger_client import ClientConfig
+from ledger_client.errors import IncorrectParameterError
+from ledger_client.transport.credentials import Credentials, credentials_of
+from spark_bookie.errors import ConfigError
+from spark_bookie.server.auth import AuthError, RoleError, TokenVerifier, bearer_token, mint_token
+from spark_bookie.server.config import load_config
+
+pytestmark = pytest.mark.unit
+
+SECRET = b"unit-secret-0123456789abcdef0123456789abcdef0123456789"
+
+
+def test_hs256_roles_expiry_and_leeway():
+    v = TokenVerifier(SECRET, "HS256")
+    assert v.verify(mint_token(SECRET, "app", "client")).role == "client"
+    assert v.verify(mint_token(SECRET, "ops", "admin"), admin=True).is_admin
+    with pytest.raises(RoleError):
+        v.verify(mint_token(SECRET, "app", "client"), admin=True)
+    with pytest.raises(AuthError, match="expired"):
+        v.verify(mint_token(SECRET, "app", "client", ttl_s=-1))
+    assert TokenVerifier(SECRET, "HS256", leeway_s=60).verify(mint_token(SECRET, "app", "client", ttl_s=-5))
+    no_role = jwt.encode({"sub": "x", "exp": int(time.time()) + 60}, SECRET, algorithm="HS256")
+    assert v.verify(no_role).role == "client"
+    for bad in (None, "", "x.y.z", jwt.encode({"sub": "x"}, SECRET, algorithm="HS256"),          # no exp
+                jwt.encode({"exp": int(time.time()) + 60}, SECRET, algorithm="HS256"),            # no sub
+                jwt.encode({"sub": "x", "exp": int(time.time()) + 60}, SECRET, algorithm="HS384"),  # other alg
+                jwt.encode({"sub": "x", "role": "root", "exp": int(time.time()) + 60}, SECRET, algorithm="HS256")):
+        with pytest.raises(AuthError):
+            v.verify(bad)
+
+
+def test_a_cached_token_still_expires():
+    v = TokenVerifier(SECRET, "HS256")
+    token = mint_token(SECRET, "app", "client", ttl_s=1)
+    v.verify(token)
+    deadline = time.monotonic() + 10
+    while True:   # exp has one-second resolution
+        try:
+            v.verify(token)
+        except AuthError:
+            return
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+
+
+def test_rs256_from_a_public_key_file_refuses_an_hs256_token_signed_with_that_key(tmp_path: Path):
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                            serialization.NoEncryption())
+    pub = key.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+    (tmp_path / "pub.pem").write_bytes(pub)
+    v = TokenVerifier.from_files("", str(tmp_path / "pub.pem"))
+    assert v.verify(mint_token(pem, "svc", algorithm="RS256")).subject == "svc"
+    import base64
+    import hashlib
+    import hmac
+    import json
+
+    def b64(b: bytes) -> str:
+        return base64.urlsafe_b64encode(b).rstrip(b"=").decode()
+
+    head = b64(json.dumps({"alg": "HS256", "typ": "JWT"}).encode())
+    body = b64(json.dumps({"sub": "evil", "role": "admin", "exp": int(time.time()) + 60}).encode())
+    sig = b64(hmac.new(pub, f"{head}.{body}".encode(), hashlib.sha256).digest())   # the key-confusion forgery
+    with pytest.raises(AuthError):
+        v.verify(f"{head}.{body}.{sig}")
+    with pytest.raises(ConfigError):
+        TokenVerifier.from_files("", "")
+    with pytest.raises(ConfigError, match="cannot read"):
+        TokenVerifier.from_files(str(tmp_path / "missing"), "")
+
+
+def test_bearer_header():
+    assert bearer_token("Bearer abc") == "abc" and bearer_token(b"Bearer abc ") == "abc"
+    assert bearer_token("Basic abc") is None and bearer_token(None) is None and bearer_token("Bearer ") is None
+
+
+def test_bookie_security_keys_are_validated(tmp_path: Path):
+    base = {"journal_dirs": [str(tmp_path / "j")], "ledger_dirs": [str(tmp_path / "l")]}
+    assert not load_config(None, **base).auth_enabled
+    for bad, fragment in (({"auth_enabled": True}, "exactly one"),
+                          ({"auth_enabled": True, "auth_token_secret_path": "a", "auth_token_public_key_path": "b"},
+                           "exactly one"),
+                          ({"tls_enabled": True, "tls_certificate_path": "c"}, "tls_key_path"),
+                          ({"tls_enabled": True, "tls_certificate_path": "c", "tls_key_path": "k",
+                            "tls_client_authentication": True}, "tls_trust_store_path"),
+                          ({"zk_auth": "nopassword"}, "zk_auth")):
+        with pytest.raises(ConfigError, match=fragment):
+            load_config(None, **base, **bad)
+
+
+def test_client_security_keys_and_token_file_rotation(tmp_path: Path):
+    with pytest.raises(IncorrectParameterError):
+        ClientConfig(auth_token="a", auth_token_file="b")
+    with pytest.raises(IncorrectParameterError):
+        ClientConfig(tls_ca_path="ca", tls_cert_path="c")          # a certificate without its key
+    with pytest.raises(IncorrectParameterError):
+        ClientConfig(tls_cert_path="c", tls_key_path="k")          # a client certificate without TLS
+    assert credentials_of(ClientConfig()).token() is None and not credentials_of(ClientConfig()).tls
+    f = tmp_path / "token"
+    f.write_text("first\n")
+    creds = Credentials(auth_token_file=str(f))
+    assert creds.grpc_metadata() == (("authorization", "Bearer first"),)
+    f.write_text("second")
+    import os
+    os.utime(f, ns=(time.time_ns(), time.time_ns() + 1_000_000_000))   # a distinct mtime, whatever the clock
+    creds._checked_s = -1e9   # as if TOKEN_FILE_CHECK_S had passed
+    assert creds.token() == "second"
+    f.unlink()
+    creds._checked_s = -1e9
+    with pytest.raises(IncorrectParameterError, match="auth_token_file"):
+        creds.token()
