@@ -9,10 +9,10 @@ the next add opens a new one. Pending adds are bounded (back-pressure, not memor
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import itertools
 import queue
+import socket
 import threading
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -72,6 +72,13 @@ def status_error(status: int, detail: str, where: str) -> errors.LedgerError:
 
 
 _STOP = object()
+
+
+def _tls_client(credentials: Credentials, timeout_s: float, sock: socket.socket, host: str) -> socket.socket:
+    from .sockets import tls_client
+
+    return tls_client(sock, credentials.ssl_context(), host, timeout_s)
+
 _REFUSED = (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED)
 
 
@@ -333,9 +340,9 @@ class BookieClient:
             self._channel = grpc.insecure_channel(address, options=options)
         self._stub = pb_grpc.BookieStub(self._channel)
         self._limits = limits or StreamLimits(batch_entries_max=batch_entries_max, batch_bytes_max=batch_bytes_max)
-        if credentials.tls:
-            self._limits = dataclasses.replace(self._limits, add_transport="grpc")
-            read_transport = "grpc"
+        self._secure: Callable[[socket.socket, str], socket.socket] | None = None
+        if credentials.tls:   # the TCP port too: each connection's TLS runs in a pump (sockets.tls_client)
+            self._secure = functools.partial(_tls_client, credentials, self._timeout_s)
         self._stream: AddStream | None = None
         self._lock = threading.Lock()
         self._ids = itertools.count(1)
@@ -411,7 +418,7 @@ class BookieClient:
         try:
             return SocketAddStream(self._limits, self.address, self._add_endpoint, self._forget_port,
                                    self._timeout_s, self._message_bytes_max, known, self._add_readers,
-                                   self._creds.token)
+                                   self._creds.token, self._secure)
         except OSError as e:
             self._forget_port()
             if known is None:
@@ -424,7 +431,7 @@ class BookieClient:
             known = self._add_endpoint()
             return SocketAddStream(self._limits, self.address, self._add_endpoint, self._forget_port,
                                    self._timeout_s, self._message_bytes_max, known, self._add_readers,
-                                   self._creds.token)
+                                   self._creds.token, self._secure)
         except errors.UnauthorizedAccessError:
             raise
         except (OSError, grpc.RpcError, errors.LedgerError) as e:
@@ -510,7 +517,8 @@ class BookieClient:
                 if self._closed:
                     raise errors.BookieUnavailableError(f"client of {self.address} is closed")
                 self._reads = SocketReads(self.address, self._add_endpoint, self._forget_port,
-                                          self._timeout_s, self._message_bytes_max, self._creds.token)
+                                          self._timeout_s, self._message_bytes_max, self._creds.token,
+                                          self._secure)
             return self._reads
 
     def _forget_port(self) -> None:

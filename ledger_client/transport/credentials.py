@@ -11,6 +11,7 @@ certificate and key (mTLS).
 from __future__ import annotations
 
 import os
+import ssl
 import threading
 import time
 from dataclasses import dataclass, field
@@ -36,6 +37,7 @@ class Credentials:
     _checked_s: float = field(default=-1e9, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _channel_creds: grpc.ChannelCredentials | None = field(default=None, repr=False)
+    _ssl_context: ssl.SSLContext | None = field(default=None, repr=False)
 
     @property
     def tls(self) -> bool:
@@ -77,6 +79,21 @@ class Credentials:
                     root_certificates=_read(self.tls_ca_path), private_key=_read(self.tls_key_path),
                     certificate_chain=_read(self.tls_cert_path))
             return self._channel_creds
+
+
+    def ssl_context(self) -> ssl.SSLContext:
+        """The client context of the TCP add/read port: the CA, host name checks, and the client
+        certificate if any (IncorrectParameterError when a file cannot be loaded)."""
+        with self._lock:
+            if self._ssl_context is None:
+                try:
+                    ctx = ssl.create_default_context(cafile=self.tls_ca_path)
+                    if self.tls_cert_path is not None:
+                        ctx.load_cert_chain(self.tls_cert_path, self.tls_key_path)
+                except (OSError, ssl.SSLError) as e:
+                    raise errors.IncorrectParameterError(f"cannot load the client's TLS files: {e}") from e
+                self._ssl_context = ctx
+            return self._ssl_context
 
 
 def _read(path: str | None) -> bytes | None:

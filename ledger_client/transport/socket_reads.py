@@ -34,9 +34,11 @@ class SocketReads:
     be another bookie's), so the next read asks for the port again."""
 
     def __init__(self, address: str, endpoint: Callable[[], tuple[str, int]], forget: Callable[[], None],
-                 timeout_s: float, message_bytes_max: int, token: Callable[[], str | None] = lambda: None) -> None:
+                 timeout_s: float, message_bytes_max: int, token: Callable[[], str | None] = lambda: None,
+                 secure: Callable[[socket.socket, str], socket.socket] | None = None) -> None:
         self._address = address
         self._token = token
+        self._secure = secure  # TLS on a connected socket (sockets.tls_client), None for plain TCP
         self._endpoint = endpoint
         self._forget = forget
         self._timeout_s = timeout_s
@@ -81,6 +83,8 @@ class SocketReads:
             if not port:
                 raise ConnectionError("it has no TCP port (use read transport 'grpc')")
             sock = socket.create_connection((host, port), timeout=self._timeout_s)
+            if self._secure is not None:
+                sock = self._secure(sock, host)
         except errors.UnauthorizedAccessError:
             raise
         except (OSError, errors.LedgerError) as e:

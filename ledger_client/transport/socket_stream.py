@@ -44,15 +44,19 @@ class SocketAddStream(AddStream):
     def __init__(self, limits: StreamLimits, address: str, resolve: Callable[[], tuple[str, int]],
                  forget: Callable[[], None], connect_timeout_s: float, message_bytes_max: int,
                  known: tuple[str, int] | None = None, readers: AddReaders = DEFAULT_READERS,
-                 token: Callable[[], str | None] = lambda: None) -> None:
+                 token: Callable[[], str | None] = lambda: None,
+                 secure: Callable[[socket.socket, str], socket.socket] | None = None) -> None:
+        """`secure`: TLS on a connected socket (sockets.tls_client), None for plain TCP."""
         super().__init__(limits, address)
         self._token = token
+        self._secure = secure
         self._readers = readers
         self._resolve = resolve
         self._forget = forget
         self._connect_timeout_s = connect_timeout_s
         self._bytes_max = message_bytes_max
-        self._early = _start_connect(*known) if known else None  # raises OSError
+        # raises OSError; with TLS the connect happens on the sender thread (the handshake blocks)
+        self._early = _start_connect(*known) if known and secure is None else None
         self._sock: socket.socket | None = None
         self._answered_any = False
         self._send_lock = threading.Lock()  # one writer of frames at a time
@@ -69,6 +73,8 @@ class SocketAddStream(AddStream):
             if not port:
                 raise ConnectionError(f"bookie {self._address} has no TCP add port (use add transport 'grpc')")
             sock = socket.create_connection((host, port), timeout=self._connect_timeout_s)
+            if self._secure is not None:
+                sock = self._secure(sock, host)
         # Deadlines are the writer's (add_timeout_ms replaces a silent bookie).
         greet(sock, ADD_HELLO, self._address, self._token())
         return sock

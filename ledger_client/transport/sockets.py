@@ -5,11 +5,13 @@ shutdown."""
 from __future__ import annotations
 
 import socket
+import ssl
 
 from ..protocol.add_framing import ADD_HELLO, ADD_HELLO_AUTH, READ_HELLO_AUTH, frame
 from ..protocol.sockets import shutdown
+from ..protocol.tls_pump import tunnel
 
-__all__ = ["greet", "shutdown"]
+__all__ = ["greet", "shutdown", "tls_client"]
 
 # Keepalive: a bookie host that vanished without a reset ends the connection in ~25 s, so the
 # next add or read opens a new one instead of writing into a dead socket.
@@ -23,8 +25,8 @@ def greet(sock: socket.socket, hello: bytes, bookie_id: str, token: str | None =
     and send `hello` naming the bookie meant (see add_framing), in version 2 with `token` when
     there is one. Closes the socket if that fails."""
     try:
-        for level, opt, value in _OPTIONS:
-            sock.setsockopt(level, opt, value)
+        if sock.family in (socket.AF_INET, socket.AF_INET6):   # not the plain end of a TLS pump
+            _set_options(sock)
         sock.settimeout(None)
         if token:
             hello = ADD_HELLO_AUTH if hello == ADD_HELLO else READ_HELLO_AUTH
@@ -34,3 +36,23 @@ def greet(sock: socket.socket, hello: bytes, bookie_id: str, token: str | None =
     except OSError:
         sock.close()
         raise
+
+
+def _set_options(sock: socket.socket) -> None:
+    for level, opt, value in _OPTIONS:
+        sock.setsockopt(level, opt, value)
+
+
+def tls_client(sock: socket.socket, context: ssl.SSLContext, host: str, timeout_s: float) -> socket.socket:
+    """TLS on a connected TCP socket to the bookie at `host` (its certificate checked against the
+    context's CA and that host name), then the plain end of a pump (ledger_client.protocol.tls_pump)
+    to speak the framing on. OSError (ssl.SSLError, ssl.SSLCertVerificationError) when the handshake
+    fails; the socket is closed then."""
+    try:
+        _set_options(sock)
+        sock.settimeout(timeout_s)
+        tls_sock = context.wrap_socket(sock, server_hostname=host)
+    except OSError:
+        sock.close()
+        raise
+    return tunnel(tls_sock, host)

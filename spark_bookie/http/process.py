@@ -12,8 +12,9 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from spark_bookie.http.routes import AdminContext, build_routes
-from spark_bookie.http.security import ReloadingContext, redacted, token_guard
+from spark_bookie.http.security import redacted, token_guard
 from spark_bookie.http.server import AdminServer
+from spark_bookie.server.tls import socket_context
 
 if TYPE_CHECKING:
     from ledger_client import ClientConfig
@@ -59,10 +60,7 @@ def serve_bookie(bookie: Bookie, port: int, autorecovery: AutoRecovery | None = 
     ctx = AdminContext(cfg.zk_connect, registry, bookie=bookie, autorecovery=autorecovery, config=config,
                        client_config=_client_config(cfg))
     guard = token_guard(bookie.token_verifier) if bookie.token_verifier is not None else None
-    tls = None
-    if cfg.tls_enabled:   # the gRPC port's certificate and rules serve the admin port too
-        tls = ReloadingContext(cfg.tls_certificate_path, cfg.tls_key_path, cfg.tls_trust_store_path,
-                               cfg.tls_client_authentication, float(cfg.tls_cert_files_refresh_duration_s)).refreshed
+    tls = socket_context(cfg)   # the gRPC port's certificate and rules serve the admin port too
     server = AdminServer(host or cfg.host, port, build_routes(ctx), registry, guard, tls)
     return ProcessAdmin(server.start(), ctx)
 

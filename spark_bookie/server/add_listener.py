@@ -33,6 +33,7 @@ import asyncio
 import concurrent.futures
 import logging
 import socket
+import ssl
 import threading
 import time
 from collections.abc import Callable
@@ -43,6 +44,7 @@ from google.protobuf.message import DecodeError
 from ledger_client.protocol import bookkeeper_pb2 as pb
 from ledger_client.protocol.add_framing import HELLOS, LENGTH, FrameError, frame, next_frame
 from ledger_client.protocol.sockets import shutdown
+from ledger_client.protocol.tls_pump import tunnel
 from spark_bookie.server.add_connection import AddConnection
 from spark_bookie.server.auth import AuthError, TokenVerifier
 from spark_bookie.server.processor import RequestProcessor
@@ -172,9 +174,10 @@ class AddListener:
 
     def __init__(self, sock: socket.socket, processor: RequestProcessor, bookie_id: str, in_flight_adds_max: int,
                  message_bytes_max: int, loop: asyncio.AbstractEventLoop,
-                 verifier: TokenVerifier | None = None) -> None:
+                 verifier: TokenVerifier | None = None, tls: Callable[[], ssl.SSLContext] | None = None) -> None:
         self._sock = sock
         self._verifier = verifier  # None: no authentication
+        self._tls = tls            # None: plain TCP; else the context of each new connection
         self._p = processor
         self._bookie_id = bookie_id
         self._in_flight_max = in_flight_adds_max
@@ -226,7 +229,10 @@ class AddListener:
     def _serve_one(self, conn: socket.socket, peer: str) -> None:
         try:
             conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            conn.settimeout(HELLO_TIMEOUT_S)
+            conn.settimeout(HELLO_TIMEOUT_S)  # covers the TLS handshake too
+            if self._tls is not None:
+                conn = self._tunnel(self._tls(), conn, peer)
+                conn.settimeout(HELLO_TIMEOUT_S)
             reads, token = _hello(conn, self._bookie_id)
             conn.settimeout(None)
         except (OSError, HelloError) as e:
@@ -245,6 +251,16 @@ class AddListener:
             handler.serve()
         finally:
             self._forget(handler)
+
+    def _tunnel(self, context: ssl.SSLContext, conn: socket.socket, peer: str) -> socket.socket:
+        """TLS handshake (a client certificate checked if the context requires one), then the plain
+        end of a pump to serve instead (see tls_pump); OSError (ssl.SSLError) when it fails."""
+        tls_sock = context.wrap_socket(conn, server_side=True)   # detaches conn: nothing left to close
+        plain = tunnel(tls_sock, peer)
+        with self._lock:
+            self._live.discard(conn)
+            self._live.add(plain)
+        return plain
 
     def _refusal(self, token: str | None, peer: str) -> str | None:
         """Why the client with `token` is not served (logged), or None when it is."""
@@ -360,11 +376,12 @@ def _recv_exact(conn: socket.socket, n: int) -> bytes:
 
 async def start_add_listener(processor: RequestProcessor, bookie_id: str, host: str, port: int,
                              in_flight_adds_max: int, message_bytes_max: int,
-                             verifier: TokenVerifier | None = None) -> AddListener:
+                             verifier: TokenVerifier | None = None,
+                             tls: Callable[[], ssl.SSLContext] | None = None) -> AddListener:
     """Listen on host:port (0 = a port the OS picks; the bookie advertises it in GetBookieInfo).
     Runs on the bookie's loop, which then serves the read connections."""
     family, _, _, _, addr = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM,
                                                flags=socket.AI_PASSIVE)[0]
     sock = socket.create_server(addr, family=family, backlog=128)
     return AddListener(sock, processor, bookie_id, in_flight_adds_max, message_bytes_max,
-                       asyncio.get_running_loop(), verifier)
+                       asyncio.get_running_loop(), verifier, tls)

@@ -37,7 +37,7 @@ from spark_bookie.server.disk import DiskMonitor, DiskState, LedgerDiskRoom
 from spark_bookie.server.metrics import BookieMetrics, BookieProbes
 from spark_bookie.server.processor import RequestProcessor
 from spark_bookie.server.service import BookieServicer, grpc_options
-from spark_bookie.server.tls import server_credentials
+from spark_bookie.server.tls import server_credentials, socket_context
 from spark_bookie.storage.gc import GarbageCollector
 from spark_bookie.storage.journal import Journal
 from spark_bookie.storage.ledger_storage import LedgerStorage
@@ -171,7 +171,7 @@ class Bookie:
             _check_dir(d, "ledger directory")
         self._lock_dirs()
         _check_port_free(self.config.host, self.config.port)
-        if self.config.add_port and not self.config.tls_enabled:
+        if self.config.add_port:
             _check_port_free(self.config.host, self.config.add_port)
         if self._metadata is None:
             try:
@@ -223,6 +223,7 @@ class Bookie:
         verifier = self.token_verifier = self._token_verifier()
         interceptors = [TokenInterceptor(verifier)] if verifier is not None else []
         tls = server_credentials(self.config)[0] if self.config.tls_enabled else None
+        tcp_tls = socket_context(self.config)
 
         async def serve() -> None:
             try:
@@ -242,15 +243,15 @@ class Bookie:
                         server.add_insecure_port(self.address)
                 except RuntimeError as e:
                     raise StartupError(f"cannot listen on {self.address}: {e}") from e
-                if tls is None:  # the TCP port has no TLS: with TLS on, adds and reads go over gRPC
-                    try:
-                        self._add_server = await start_add_listener(
-                            processor, self.bookie_id, self.config.host, self.config.add_port,
-                            self.config.in_flight_adds_per_stream_max, self.config.grpc_message_bytes_max, verifier)
-                    except OSError as e:
-                        raise StartupError(f"cannot listen for adds on {self.config.host}:{self.config.add_port}: "
-                                           f"{e.strerror or e}") from e
-                    self.add_port = self._add_server.port
+                try:
+                    self._add_server = await start_add_listener(
+                        processor, self.bookie_id, self.config.host, self.config.add_port,
+                        self.config.in_flight_adds_per_stream_max, self.config.grpc_message_bytes_max, verifier,
+                        tcp_tls)
+                except OSError as e:
+                    raise StartupError(f"cannot listen for adds on {self.config.host}:{self.config.add_port}: "
+                                       f"{e.strerror or e}") from e
+                self.add_port = self._add_server.port
                 await server.start()
                 self._server = server
             except BaseException as e:

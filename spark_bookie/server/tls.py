@@ -6,17 +6,19 @@ here looks at the files' modification times at most once per refresh period and 
 configuration only when one changed and the new pair loads (a half-written rotation is logged and
 the old certificate kept). Connections already open keep the certificate they started with.
 
-With TLS on, the bookie does not open its TCP add/read port: its framing has no TLS, and a
-plaintext way in beside an encrypted one would defeat the point. TLS clients use gRPC for adds and
-reads (ClientConfig with tls_ca_path does so by itself).
+The TCP add/read port and the admin HTTP port use an ssl.SSLContext with the same files and rules
+(ReloadingContext); on the TCP port each connection's TLS runs in a pump thread of its own
+(ledger_client.protocol.tls_pump), so its framing code keeps a plain socket.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import ssl
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import grpc
@@ -86,3 +88,50 @@ def server_credentials(cfg: BookieConfig) -> tuple[grpc.ServerCredentials, Reloa
     creds = grpc.dynamic_ssl_server_credentials(certs.initial, certs.fetch,
                                                 require_client_authentication=cfg.tls_client_authentication)
     return creds, certs
+
+
+class ReloadingContext:
+    """A server SSLContext whose certificate chain is re-read when its files change (checked at most
+    every `refresh_s` seconds, on accepting a connection); a failed reload keeps the old chain."""
+
+    def __init__(self, cert_path: str, key_path: str, trust_path: str, client_auth: bool, refresh_s: float) -> None:
+        self.context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        self.context.minimum_version = ssl.TLSVersion.TLSv1_2
+        self.context.load_cert_chain(cert_path, key_path)
+        if trust_path:
+            self.context.load_verify_locations(trust_path)
+        if client_auth:
+            self.context.verify_mode = ssl.CERT_REQUIRED
+        self._paths = (cert_path, key_path)
+        self._refresh_s = refresh_s
+        self._stamps = self._mtimes()
+        self._checked = time.monotonic()
+        self._lock = threading.Lock()
+
+    def _mtimes(self) -> tuple[int, ...]:
+        return tuple(os.stat(p).st_mtime_ns for p in self._paths)
+
+    def refreshed(self) -> ssl.SSLContext:
+        if self._refresh_s > 0 and time.monotonic() - self._checked >= self._refresh_s:
+            with self._lock:
+                self._checked = time.monotonic()
+                try:
+                    stamps = self._mtimes()
+                    if stamps != self._stamps:
+                        self.context.load_cert_chain(*self._paths)   # new handshakes use the new chain
+                        self._stamps = stamps
+                except (OSError, ssl.SSLError):
+                    pass   # half-written rotation: the next check tries again
+        return self.context
+
+
+def socket_context(cfg: BookieConfig) -> Callable[[], ssl.SSLContext] | None:
+    """The SSLContext of each new connection to the TCP and HTTP ports (None with TLS off); the
+    files are re-read when they change (StartupError, naming the file, when one cannot be read)."""
+    if not cfg.tls_enabled:
+        return None
+    try:
+        return ReloadingContext(cfg.tls_certificate_path, cfg.tls_key_path, cfg.tls_trust_store_path,
+                                cfg.tls_client_authentication, float(cfg.tls_cert_files_refresh_duration_s)).refreshed
+    except (OSError, ssl.SSLError) as e:
+        raise StartupError(f"cannot load the TLS certificate, key or trust store: {e}") from e

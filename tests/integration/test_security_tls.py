@@ -4,6 +4,7 @@ without a restart; a client that fails any of it is refused with a typed error a
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from pathlib import Path
 
@@ -94,6 +95,39 @@ def test_mtls_with_token_writes_and_reads_and_everyone_else_is_refused(cluster_f
     no_token = _config(auth_token=None, tls_ca_path=str(pki["ca"]), tls_cert_path=str(pki["client"]),
                        tls_key_path=str(pki["client_key"]))
     assert isinstance(_refused(zk, no_token, good), errors.UnauthorizedAccessError)
+    for transport in ("grpc", "tcp"):   # both ways in carry TLS; the default (tcp) was used above
+        lid = _write(zk, dataclasses.replace(good, bookie_add_transport=transport, bookie_read_transport=transport))
+        with LedgerClient(zk, config=good) as c:
+            assert c.open_ledger(lid, password=PW).read_arrow(0, 9).num_rows == 10
+    _plaintext_on_the_add_port_is_not_served(sb, good)
+
+
+def _plaintext_on_the_add_port_is_not_served(sb, good: ClientConfig) -> None:
+    """A plain hello and add on the TLS add port: no answer, the connection closed, nothing stored."""
+    import socket
+
+    from bookie_helpers import KEY, body
+
+    from ledger_client.protocol import bookkeeper_pb2 as pb
+    from ledger_client.protocol.add_framing import ADD_HELLO, frame
+    from ledger_client.transport import BookieClient
+    from ledger_client.transport.credentials import credentials_of
+
+    bid = sb.bookies[0].bookie_id
+    with BookieClient(bid, credentials=credentials_of(good)) as c:
+        port = c.info().add_port
+        batch = pb.AddBatch(ledger_adds=[pb.LedgerAdds(ledger_id=999, master_key=KEY, entry_ids=[0],
+                                                       request_ids=[1], bodies=[body(999, 0)])])
+        with socket.create_connection(("127.0.0.1", port), timeout=20) as s:
+            s.sendall(ADD_HELLO + frame(bid.encode()) + frame(batch.SerializeToString()))
+            got = b""
+            try:
+                while data := s.recv(1 << 16):
+                    got += data
+            except ConnectionResetError:
+                pass
+            assert got == b"" or got[0] == 0x15, got   # nothing, or a TLS alert record: never an answer
+        assert c.read(999, 0).status != pb.EOK
 
 
 def test_rotated_certificate_is_used_without_restart_and_host_names_are_checked(cluster_factory, pki, tmp_path):
