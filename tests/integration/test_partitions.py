@@ -326,6 +326,7 @@ def test_random_faults_against_writers_and_recoveries(multihost, seed) -> None:
             writer.wait_for(lambda a: "done" in a.lines or bool(a.events("fail")), 180, "the writer to stop")
             readers = [Agent(hosts[i], "read", cluster.connect_string, ledger_id) for i in (1, 6)]
             check_ledger(c, ledger_id, writer.acked(), readers)
+            assert_fenced_on_every_bookie(c, ledger_id)
             writer.stop()
             recoverer.stop()
         check_placement(cluster)
