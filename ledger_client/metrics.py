@@ -34,6 +34,14 @@ class ClientMetrics:
         self.recovery_opens = Counter("bookkeeper_client_LEDGER_RECOVER", "Ledgers opened with recovery (fenced "
                                       "and closed when open)", registry=r)
         self.deletes = Counter("bookkeeper_client_LEDGER_DELETE", "Ledgers deleted", registry=r)
+        # Streams (DistributedLog's writer and reader stats; no per-stream label: names are unbounded).
+        self.stream_records_written = Counter("stream_RECORDS_WRITTEN", "Stream records acknowledged to writers",
+                                              registry=r)
+        self.stream_records_read = Counter("stream_RECORDS_READ", "Stream records returned to readers", registry=r)
+        self.stream_segments_rolled = Counter("stream_SEGMENTS_ROLLED", "Stream segments sealed by a roll to a new "
+                                              "one", registry=r)
+        self.stream_truncations = Counter("stream_TRUNCATIONS", "Stream truncations committed by writers",
+                                          registry=r)
 
     def appended(self, latencies_s: list[float]) -> None:
         """A drained batch of completed appends (one call per batch, one observation per entry)."""

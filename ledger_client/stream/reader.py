@@ -57,6 +57,7 @@ class StreamReader:
                  start_txid: int | None = None) -> None:
         check_names((name, "stream"))
         self.ns, self.name = ns, name
+        self._metrics = ns.client.metrics
         view = ns.view(name)
         self._handles: dict[int, ReadHandle] = {}
         self._min_txid = None if start_txid is None else int(start_txid)
@@ -126,6 +127,8 @@ class StreamReader:
         if out:
             last = out[-1].dlsn
             self._pos = DLSN(last.segment, last.entry_id, last.slot + 1)
+            if self._metrics is not None:
+                self._metrics.stream_records_read.inc(len(out))
         elif self._ended:
             raise errors.EndOfStreamError(f"stream {self.ns.name}/{self.name} has ended")
         return out

@@ -257,10 +257,14 @@ class StreamWriter:
                     return
                 work = list(self._ready)
                 self._ready.clear()
+            acked = 0
             for done, failed, error in work:
                 for fut, dlsn in done:
                     fut.set_result(dlsn)
+                acked += len(done)
                 _fail_all(failed, error)
+            if acked and self._client.metrics is not None:
+                self._client.metrics.stream_records_written.inc(acked)
 
     def _absorb_locked(self) -> None:
         """Under the mutex: take completed entries off the head of the in-flight queue, in order."""
@@ -370,6 +374,8 @@ class StreamWriter:
                 self._pump_locked(full_only=False)
                 self._cond.notify_all()
             if old is not None:
+                if self._client.metrics is not None:
+                    self._client.metrics.stream_segments_rolled.inc()
                 self._retention()
         except errors.LedgerError as e:
             self._fail(e)
@@ -430,6 +436,8 @@ class StreamWriter:
         with self._locked():
             self._check_writable()
         commit(self.ns, self.name, lambda v: tr.truncate(v, (point.segment, point.entry_id, point.slot)), self._lock)
+        if self._client.metrics is not None:
+            self._client.metrics.stream_truncations.inc()
 
     def mark_end_of_stream(self) -> None:
         """Seal the stream: later writes fail with EndOfStreamError and readers stop at the end."""

@@ -185,3 +185,34 @@ def test_client_metrics_count_appends_reads_ensemble_changes_and_speculative_rea
         assert value("bookkeeper_client_LEDGER_OPEN_total") == 1
         assert value("bookkeeper_client_LEDGER_RECOVER_total") == 1
         assert value("bookkeeper_client_LEDGER_DELETE_total") == 1
+
+
+def test_client_metrics_count_stream_records_rolls_and_truncations(cluster_factory):
+    """Streams count into the application's registry: records acknowledged to the writer and
+    returned to readers, segments rolled, truncations."""
+    from client_helpers import FAST
+    from prometheus_client import CollectorRegistry
+
+    from ledger_client import LedgerClient
+    from ledger_client.metrics import ClientMetrics
+
+    sb = cluster_factory(3)
+    reg = CollectorRegistry()
+
+    def value(name: str) -> float:
+        return reg.get_sample_value(name) or 0.0
+
+    with LedgerClient(sb.connect_string, config=FAST, metrics=ClientMetrics(reg)) as c:
+        ns = c.create_namespace("m", segment_rolling_bytes=500, output_buffer_bytes=100)
+        with ns.open_writer("s") as w:
+            dlsns = [w.write(b"record %03d" % i) for i in range(100)]
+            w.truncate(dlsns[50])
+        segments = ns.stream_info("s").segments
+        assert value("stream_RECORDS_WRITTEN_total") == 100 and value("stream_TRUNCATIONS_total") == 1
+        assert value("stream_SEGMENTS_ROLLED_total") >= 2
+        got = []
+        with ns.open_reader("s") as r:
+            while len(got) < 50:
+                got += r.read_batch(1000, 1000)
+        assert len(got) == 50 and value("stream_RECORDS_READ_total") == 50
+        assert len(segments) >= 2
