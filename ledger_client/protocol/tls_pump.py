@@ -12,12 +12,14 @@ reading its source: back-pressure passes through. Either side ending ends both.
 
 from __future__ import annotations
 
+import logging
 import selectors
 import socket
 import ssl
 import threading
 from collections.abc import Callable
 
+log = logging.getLogger(__name__)
 BUFFER_BYTES_MAX = 1 << 20
 CHUNK_BYTES = 1 << 16
 
@@ -43,8 +45,8 @@ class TlsPump(threading.Thread):
         sel = selectors.DefaultSelector()
         try:
             self._pump(sel)
-        except (OSError, ValueError):
-            pass   # a reset, a TLS alert, a socket closed under us: the connection is over
+        except (OSError, ValueError) as e:   # a reset, a TLS alert, a socket closed under us
+            log.info("TLS connection %s ended: %s: %s", self.name, type(e).__name__, e)
         finally:
             sel.close()
             for s in (self._plain, self._tls):

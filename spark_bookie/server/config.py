@@ -81,7 +81,7 @@ class BookieConfig:
     auth_token_secret_path: str = ""            # HS256: file holding the shared secret
     auth_token_public_key_path: str = ""        # RS256: PEM public key (the bookie cannot mint tokens then)
     auth_token_leeway_ms: int = 0               # clock skew allowed on a token's expiry
-    tls_enabled: bool = False                   # TLS on the gRPC port (server/tls.py)
+    tls_enabled: bool = False                   # TLS on the gRPC, TCP and HTTP ports (server/tls.py)
     tls_certificate_path: str = ""              # PEM certificate chain of this bookie (tlsCertificatePath)
     tls_key_path: str = ""                      # its PEM private key (tlsKeyStore)
     tls_trust_store_path: str = ""              # PEM CA bundle that client certificates must chain to (tlsTrustStore)
