@@ -76,8 +76,24 @@ def _round_trip(zk: str, tag: bytes) -> None:
         assert [e.data for e in r.read(0, 49)] == [tag + b"-%d" % i for i in range(50)]
 
 
+def _http_attack(rng: random.Random) -> bytes:
+    kind = rng.randrange(4)
+    if kind == 0:
+        return rng.randbytes(rng.randrange(1, 4096))
+    if kind == 1:   # a body announced far over the limit
+        return b"PUT /api/v1/bookie/gc HTTP/1.1\r\nContent-Length: 99999999999\r\n\r\n" + rng.randbytes(100)
+    if kind == 2:   # a header section that never ends
+        return b"GET /heartbeat HTTP/1.1\r\n" + b"X: " + b"a" * rng.randrange(1, 100_000)
+    return b"GET /api/v1/ledger/read?ledger_id=" + rng.randbytes(50).hex().encode() + b" HTTP/1.1\r\n\r\n"
+
+
 def test_live_bookie_survives_garbage_on_every_port(cluster_factory, seed):
-    sb = cluster_factory(1, grpc_message_bytes_max=64 << 20)
+    from http_helpers import call
+
+    from spark_bookie.local.zookeeper import free_port
+
+    http_port = free_port()
+    sb = cluster_factory(1, grpc_message_bytes_max=64 << 20, http_port=http_port)
     b = sb.bookies[0]
     host, grpc_port = b.bookie_id.rsplit(":", 1)
     with BookieClient(b.bookie_id) as c:
@@ -98,7 +114,10 @@ def test_live_bookie_survives_garbage_on_every_port(cluster_factory, seed):
             if i % 10 == 0:   # the gRPC port: HTTP/2 garbage, and a preface followed by garbage
                 _send(host, int(grpc_port), rng.choice([b"", b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"])
                       + rng.randbytes(rng.randrange(1, 2048)))
+            if i % 10 == 5:   # the admin HTTP port
+                _send(host, http_port, _http_attack(rng))
         _round_trip(sb.connect_string, b"after")
+        assert call(f"http://{host}:{http_port}/heartbeat")[0] == 200
         deadline = time.monotonic() + 60   # the bookie closes hello-less connections (HELLO_TIMEOUT_S)
         half_open[0].settimeout(60)
         try:
