@@ -93,7 +93,8 @@ class BookieClusterApp:
 
     def run(self) -> int:
         self._store = connect_metadata(self.cfg.hosting.zk_connect,
-                                       session_timeout_ms=self.cfg.hosting.zk_session_timeout_ms)
+                                       session_timeout_ms=self.cfg.hosting.zk_session_timeout_ms,
+                                       zk_auth=self.cfg.hosting.zk_auth())
         try:
             self._store.init_cluster()
             self._claim_name()
@@ -191,7 +192,8 @@ class BookieClusterApp:
         self._recovery = AutoRecovery(
             self.cfg.hosting.zk_connect, AutoRecoveryConfig(**settings) if settings else None,
             candidate_id=f"driver:{self.name}@{socket.gethostname()}:{os.getpid()}",
-            run_auditor=True, run_worker=False, tier_step=self._tier_step)
+            run_auditor=True, run_worker=False, tier_step=self._tier_step,
+            client_config=self.cfg.hosting.client_config())
         self._recovery.start()
 
     def _start_admin(self) -> None:

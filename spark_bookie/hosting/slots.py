@@ -106,6 +106,21 @@ class HostingConfig:
     zk_session_timeout_ms: int = 10_000
     http_base_port: int = 0  # slot k's bookie serves /metrics and the admin API on base + k; 0 = off
 
+    def zk_auth(self) -> str | None:
+        """The ZooKeeper credentials of a secured cluster (the bookie settings' zk_auth), or None."""
+        return dict(self.bookie_settings).get("zk_auth") or None
+
+    def client_config(self) -> Any:
+        """The ClientConfig of the job's own clients (replication workers, the auditor) on a secured
+        cluster: the bookie settings' client_conf (a path readable everywhere), else their zk_auth
+        alone, else None (docs/security.md)."""
+        from ledger_client import ClientConfig
+
+        bookie = dict(self.bookie_settings)
+        if bookie.get("client_conf"):
+            return ClientConfig.from_toml(bookie["client_conf"])
+        return ClientConfig(zk_auth=bookie["zk_auth"]) if bookie.get("zk_auth") else None
+
     def validate(self) -> HostingConfig:
         from spark_bookie.errors import ConfigError
 
@@ -416,7 +431,7 @@ class SlotRunner:
             settings = dict(self.cfg.autorecovery_settings)
             ar = AutoRecovery(self.cfg.zk_connect, AutoRecoveryConfig(**settings) if settings else None,
                               candidate_id=f"{self.status.bookie_id}/slot-{self.slot}",
-                              run_auditor=False, run_worker=True, client_config=self._client_config())
+                              run_auditor=False, run_worker=True, client_config=self.cfg.client_config())
             ar.start()
         except Exception as e:  # the bookie serves on; replication is the cluster's, not this slot's, duty
             log.exception("slot %d: replication worker did not start", self.slot)
@@ -424,16 +439,6 @@ class SlotRunner:
             return
         self.recovery = ar
         self.status.autorecovery = "worker"
-
-    def _client_config(self) -> Any:
-        """The credentials of the slot's replication worker on a secured cluster: the bookie
-        settings' client_conf (a path readable on the executor), else their zk_auth (docs/security.md)."""
-        from ledger_client import ClientConfig
-
-        bookie = dict(self.cfg.bookie_settings)
-        if bookie.get("client_conf"):
-            return ClientConfig.from_toml(bookie["client_conf"])
-        return ClientConfig(zk_auth=bookie["zk_auth"]) if bookie.get("zk_auth") else None
 
     def _start_admin(self, bookie: Any) -> None:
         """The bookie's /metrics and admin API on http_base_port + slot; a port that cannot be
@@ -526,8 +531,7 @@ def run_slot(cfg: HostingConfig, slot: int, _rows: Iterable[Any]) -> Iterator[st
         task_attempt_id=_task_attempt_id(), started_ms=int(time.time() * 1000))
     log.info("slot %d: task %s on executor %s (pid %s) will run bookie %s", slot, status.task_attempt_id,
              info.executor_id, info.pid, status.bookie_id)
-    store = connect_metadata(cfg.zk_connect, session_timeout_ms=cfg.zk_session_timeout_ms,
-                             zk_auth=dict(cfg.bookie_settings).get("zk_auth") or None)
+    store = connect_metadata(cfg.zk_connect, session_timeout_ms=cfg.zk_session_timeout_ms, zk_auth=cfg.zk_auth())
     try:
         runner = SlotRunner(cfg, slot, store, cfg.slot_dir(slot), status)
         # The slot's status node is the holder's: nothing is written before the lock is ours, so a
