@@ -33,6 +33,8 @@ def test_bench_quick_runs_and_writes_json(tmp_path, which):
         sync = data["host_fdatasync"]  # the disk's floor, likewise
         assert 0 < sync["p50_ms"] <= sync["p99_ms"] and "fdatasynced at 1,000/s" in r.stdout
         assert 0 <= data["E3Qw3Qa2_at_1000"]["host_steal_share"] < 1
+        m = data["metrics_cost"]   # metrics on and off, same run
+        assert len(m["runs"]["on"]) == len(m["runs"]["off"]) >= 2 and "metrics on vs off" in r.stdout
     assert not list(tmp_path.glob("bench-*/cluster"))  # temporary clusters are removed
 
 
