@@ -16,7 +16,6 @@ import json
 import os
 import shutil
 import statistics
-import subprocess
 import tempfile
 import threading
 import time
@@ -24,7 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from spark_bookie.bench.common import cpu_seconds, pct
+from spark_bookie.bench.common import REDIS_MISSING, cpu_seconds, pct, redis_server
 from spark_bookie.bench.host import cpu_times, fdatasyncs, round_trips, steal_share
 
 GOAL_ENTRIES_PER_S = 20_000
@@ -117,26 +116,11 @@ def _latency_at_rate(client: Any, cfg: tuple[int, int, int], rate: float, second
 
 def redis_peer(workdir: Path, seconds: float, size: int, clients: int = 64) -> dict[str, Any]:
     """Redis 7 with appendfsync always: XADD of `size` bytes from `clients` concurrent connections."""
-    server = shutil.which("redis-server")
-    if server is None:
-        return {"skipped": "redis-server is not installed (apt-get install redis-server)"}
-    import redis  # the client library is a test/bench dependency
+    with redis_server(workdir) as port:
+        if port is None:
+            return {"skipped": REDIS_MISSING}
+        import redis  # the client library is a test/bench dependency
 
-    from spark_bookie.local.zookeeper import free_port
-
-    port = free_port()
-    workdir.mkdir(parents=True, exist_ok=True)
-    proc = subprocess.Popen([server, "--port", str(port), "--bind", "127.0.0.1", "--dir", str(workdir),
-                             "--appendonly", "yes", "--appendfsync", "always", "--save", ""],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        r = redis.Redis(port=port)
-        for _ in range(100):
-            try:
-                r.ping()
-                break
-            except redis.ConnectionError:
-                time.sleep(0.05)
         payload = os.urandom(size)
         counts = [0] * clients
         stop = time.perf_counter() + seconds
@@ -155,9 +139,6 @@ def redis_peer(workdir: Path, seconds: float, size: int, clients: int = 64) -> d
             t.join()
         elapsed = time.perf_counter() - t0
         return {"entries_per_s": sum(counts) / elapsed, "clients": clients, "fsync": "always"}
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
 
 
 def bench_append(args: argparse.Namespace) -> int:

@@ -3,10 +3,18 @@ against), percentiles, and CPU time of this or another process."""
 
 from __future__ import annotations
 
+import json
 import os
 import resource
+import shutil
+import subprocess
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
+
+REDIS_MISSING = "redis-server is not installed (scripts/bootstrap installs it as root)"
 
 
 def raw_fsync_per_write(d: Path, writes: int = 2000, size: int = 1024) -> dict[str, float]:
@@ -66,3 +74,44 @@ def cpu_seconds(pid: int | None = None) -> float:
         return r.ru_utime + r.ru_stime
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+@contextmanager
+def redis_server(workdir: Path) -> Iterator[int | None]:
+    """A Redis with appendfsync always (every write fsynced, one copy: the benchmarks' peer) on a
+    free loopback port, answering pings; yields its port, or None where redis-server is missing."""
+    server = shutil.which("redis-server")
+    if server is None:
+        yield None
+        return
+    import redis  # the client library is a test/bench dependency
+
+    from spark_bookie.local.zookeeper import free_port
+
+    port = free_port()
+    workdir.mkdir(parents=True, exist_ok=True)
+    proc = subprocess.Popen([server, "--port", str(port), "--bind", "127.0.0.1", "--dir", str(workdir),
+                             "--appendonly", "yes", "--appendfsync", "always", "--save", ""],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        r = redis.Redis(port=port)
+        for _ in range(100):
+            try:
+                r.ping()
+                break
+            except redis.ConnectionError:
+                time.sleep(0.05)
+        yield port
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def finish(res: dict[str, Any], json_path: str, report: Callable[[dict[str, Any]], None]) -> int:
+    """The end of a benchmark run: the load average at its end, the printed table (which also
+    decides the goals), and the JSON of everything."""
+    res["load_average_at_end"] = os.getloadavg()
+    report(res)
+    Path(json_path).write_text(json.dumps(res, indent=2))
+    print(f"results written to {json_path}")
+    return 0

@@ -15,7 +15,6 @@ striped scan >= 0.8x the unstriped one, and >= 100,000 entries/s.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import resource
 import shutil
@@ -25,6 +24,8 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+from spark_bookie.bench.common import finish
 
 GOAL_ENTRIES_PER_S = 100_000
 GOAL_SPARK_RATIO = 2.0
@@ -175,11 +176,7 @@ def bench_scan(args: argparse.Namespace) -> int:
                 spark.stop()
     finally:
         shutil.rmtree(root, ignore_errors=True)
-    res["load_average_at_end"] = os.getloadavg()
-    _report(res)
-    Path(args.json).write_text(json.dumps(res, indent=2))
-    print(f"results written to {args.json}")
-    return 0
+    return finish(res, args.json, _report)
 
 
 def _report(res: dict[str, Any]) -> None:

@@ -15,7 +15,6 @@ Measured in the same run, each pair alternating (two rounds) so the host's load 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import subprocess
@@ -25,6 +24,9 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+from spark_bookie.bench.common import finish
+from spark_bookie.bench.stream import catch_up
 
 GOAL_WRITE_RATIO = 0.5
 GOAL_READ_RATIO = 2.0
@@ -112,18 +114,6 @@ def read_pair(spark: Any, zk: str, stream: str, rows: int, executors: int) -> di
     return {"spark_records_per_s": rows / spark_s, "executors_summed_records_per_s": summed}
 
 
-def catch_up(ns: Any, name: str, rows: int) -> float:
-    n = 0
-    t0 = time.perf_counter()
-    with ns.open_reader(name) as r:
-        while n < rows:
-            got = r.read_batch(100_000, 5_000)
-            if not got:
-                raise RuntimeError(f"the reader of {name} stopped at {n} of {rows}")
-            n += len(got)
-    return n / (time.perf_counter() - t0)
-
-
 def _tier(zk: str, stream: str, table: Path) -> None:
     job = Path(__file__).resolve().parents[2] / "jobs" / "compact_to_delta.py"
     r = subprocess.run([sys.executable, str(job), "--zk", zk, "--stream", stream, "--table", str(table), "--tier",
@@ -151,17 +141,14 @@ def bench_spark_stream(args: argparse.Namespace) -> int:
             res["write"] = [write_pair(spark, sb.connect_string, df, rows, root, k) for k in range(2)]
             res["read"] = [read_pair(spark, sb.connect_string, "bench/written-0", rows, 2) for _ in range(2)]
             _tier(sb.connect_string, "bench/written-1", root / "tiered")
-            res["tiered"] = [{"ledgers_records_per_s": catch_up(ns, "written-0", rows),
-                              "delta_records_per_s": catch_up(ns, "written-1", rows)} for _ in range(2)]
+            res["tiered"] = [{"ledgers_records_per_s": catch_up(ns, "written-0", rows)["records_per_s"],
+                              "delta_records_per_s": catch_up(ns, "written-1", rows)["records_per_s"]}
+                             for _ in range(2)]
     finally:
         if spark is not None:
             spark.stop()
         shutil.rmtree(root, ignore_errors=True)
-    res["load_average_at_end"] = os.getloadavg()
-    _report(res)
-    Path(args.json).write_text(json.dumps(res, indent=2))
-    print(f"results written to {args.json}")
-    return 0
+    return finish(res, args.json, _report)
 
 
 def _mean(xs: list[dict[str, float]], key: str) -> float:

@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from spark_bookie.bench.common import cpu_seconds, pct
+from spark_bookie.bench.common import REDIS_MISSING, cpu_seconds, finish, pct, redis_server
 from spark_bookie.bench.host import cpu_times, fdatasyncs, round_trips, steal_share
 
 GOAL_RECORDS_PER_S = 200_000
@@ -164,26 +164,12 @@ def latency(zk: str, ns: Any, stream: str, rate: float, seconds: float) -> dict[
 
 def redis_peer(workdir: Path, seconds: float, clients: int, rate: float, rate_seconds: float) -> dict[str, Any]:
     """Redis Streams with appendfsync always: pipelined XADD throughput, and XREAD BLOCK latency."""
-    import redis
+    with redis_server(workdir) as port:
+        if port is None:
+            return {"error": REDIS_MISSING}
+        import redis  # the client library is a test/bench dependency
 
-    from spark_bookie.local.zookeeper import free_port
-
-    server = shutil.which("redis-server")
-    if server is None:
-        return {"error": "redis-server is not installed (scripts/bootstrap installs it as root)"}
-    port = free_port()
-    workdir.mkdir(parents=True, exist_ok=True)
-    proc = subprocess.Popen([server, "--port", str(port), "--bind", "127.0.0.1", "--dir", str(workdir),
-                             "--appendonly", "yes", "--appendfsync", "always", "--save", ""],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
         r = redis.Redis(port=port)
-        for _ in range(100):
-            try:
-                r.ping()
-                break
-            except redis.ConnectionError:
-                time.sleep(0.05)
         out: dict[str, Any] = {"clients": clients, "pipeline": 100, "fsync": "always"}
         out["records_per_s"] = _redis_throughput(port, seconds, clients)
         reader = _start_reader([sys.executable, "-c", REDIS_READER_SCRIPT, str(port), str(int(rate * rate_seconds))])
@@ -193,9 +179,6 @@ def redis_peer(workdir: Path, seconds: float, clients: int, rate: float, rate_se
         finally:
             reader.kill()
         return out
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
 
 
 def _redis_throughput(port: int, seconds: float, clients: int) -> float:
@@ -247,11 +230,7 @@ def bench_stream(args: argparse.Namespace) -> int:
                                        seconds)
     finally:
         shutil.rmtree(root, ignore_errors=True)
-    res["load_average_at_end"] = os.getloadavg()
-    _report(res)
-    Path(args.json).write_text(json.dumps(res, indent=2))
-    print(f"results written to {args.json}")
-    return 0
+    return finish(res, args.json, _report)
 
 
 def _report(res: dict[str, Any]) -> None:
