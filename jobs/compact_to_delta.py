@@ -41,6 +41,7 @@ from jobs.delta_compaction import (
     parse_ledger_ids,
 )
 from jobs.errors import BadArgumentError, CompactionError
+from jobs.progress import COMPACTION_STEPS, TIERING_STEPS, StepProgress
 from jobs.stream_tiering import TieringConfig, TieringResult, tier_streams
 from ledger_client.errors import IncorrectParameterError, LedgerError
 
@@ -75,7 +76,8 @@ def config_from_args(args: argparse.Namespace) -> CompactionConfig:
         password=args.password.encode(), entries_per_read=args.entries_per_read, tasks_max=args.tasks_max)
 
 
-def run(argv: Sequence[str] | None = None, spark: Any = None) -> CompactionResult | TieringResult:
+def run(argv: Sequence[str] | None = None, spark: Any = None,
+        progress: StepProgress | None = None) -> CompactionResult | TieringResult:
     """Parse ``argv`` and compact; raises CompactionError (BadArgumentError for bad input).
 
     With ``--engine spark`` and no ``spark`` given, uses the active session (spark-submit's) or
@@ -85,11 +87,12 @@ def run(argv: Sequence[str] | None = None, spark: Any = None) -> CompactionResul
     if args.tier and args.stream is None:
         raise BadArgumentError("--tier needs --stream (ledgers are compacted, streams are tiered)")
     work: Callable[[Any], CompactionResult | TieringResult]
+    hook = progress.step if progress is not None else None
     if args.stream is not None:
         tcfg = tiering_config_from_args(args)
-        work = functools.partial(tier_streams, tcfg)
+        work = functools.partial(tier_streams, tcfg, hook=hook)
     else:
-        work = functools.partial(compact, config_from_args(args))
+        work = functools.partial(compact, config_from_args(args), hook=hook)
     if args.engine == "local":
         return work(None)
     if spark is not None:
@@ -116,14 +119,21 @@ def tiering_config_from_args(args: argparse.Namespace) -> TieringConfig:
 
 
 def main(argv: Sequence[str] | None = None, spark: Any = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.stream is not None:
+        progress = StepProgress("tiering", TIERING_STEPS if args.tier else TIERING_STEPS[:2])
+    else:
+        progress = StepProgress("compaction", COMPACTION_STEPS if args.delete_after_commit else COMPACTION_STEPS[:3])
     try:
-        result = run(argv, spark)
+        result = run(argv, spark, progress)
     except BadArgumentError as e:
         print(f"compact_to_delta: {e}", file=sys.stderr)
         return 2
     except (CompactionError, LedgerError) as e:
         print(f"compact_to_delta: {e}", file=sys.stderr)
         return 1
+    finally:
+        progress.close()
     print(json.dumps(result.summary()))
     return 0
 

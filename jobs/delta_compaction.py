@@ -34,7 +34,7 @@ import logging
 import os
 import time
 import uuid
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -469,19 +469,22 @@ def scan_ledgers(client: LedgerClient, wanted: tuple[int, ...] | None,
     return infos, missing
 
 
-def compact(cfg: CompactionConfig, spark: Any = None) -> CompactionResult:
+def compact(cfg: CompactionConfig, spark: Any = None, hook: Callable[[str], None] | None = None) -> CompactionResult:
     """Compact the closed ledgers of ``cfg`` into its table; phase one in Spark executors if ``spark``.
+    ``hook`` hears each step's name once it is done (scanned, written, committed, deleted).
 
     Idempotent: ledgers already recorded in the table are skipped, and a crash at any point leaves
     the table either without a ledger or with all of it, never half or twice.
     """
     from ledger_client import LedgerClient
 
+    step = hook or (lambda _name: None)
     t0 = time.monotonic()
     table = open_table(cfg.table_path, cfg.partition_column)
     client = LedgerClient(cfg.zk)
     try:
         infos, missing = scan_ledgers(client, cfg.ledgers, cfg.password)
+        step("scanned")
         closed = [i.ledger_id for i in infos if i.closed]
         plan = plan_compaction(infos, committed_ledgers(table, closed), missing)
         ours = [i.ledger_id for i in infos if i.closed and i.password_ok]   # deletable with this password
@@ -493,8 +496,13 @@ def compact(cfg: CompactionConfig, spark: Any = None) -> CompactionResult:
             groups = assign_tasks(plan.to_compact, cfg.tasks_max)
             files = (write_files_with_spark(spark, settings, groups) if spark is not None
                      else [f for g in groups for f in write_group(settings, g)])
+            step("written")
             version = commit_files(table, files, plan.to_compact, cfg.partition_column)
-        deleted = _delete_compacted(client, table, ours) if cfg.delete_after_commit else []
+        step("committed")
+        deleted: list[int] = []
+        if cfg.delete_after_commit:
+            deleted = _delete_compacted(client, table, ours)
+            step("deleted")
     finally:
         client.close()
     return CompactionResult(version, plan, len(files), sum(f.rows for f in files), tuple(deleted),
