@@ -45,7 +45,7 @@ def test_reader_across_many_segments_and_tailing_a_live_writer(cluster_factory, 
     rng = random.Random(seed)
     sb = cluster_factory(3)
     with client(sb) as c:
-        ns = c.create_namespace("ns", segment_rolling_bytes=2_000)
+        ns = c.create_namespace("ns", segment_rolling_bytes=2_000, output_buffer_bytes=400)  # >= 10 segments
         w = ns.open_writer("s")
         tail = ns.open_reader("s")
         got: list = []
