@@ -326,7 +326,12 @@ def test_random_faults_against_writers_and_recoveries(multihost, seed) -> None:
             writer.wait_for(lambda a: "done" in a.lines or bool(a.events("fail")), 180, "the writer to stop")
             readers = [Agent(hosts[i], "read", cluster.connect_string, ledger_id) for i in (1, 6)]
             check_ledger(c, ledger_id, writer.acked(), readers)
-            assert_fenced_on_every_bookie(c, ledger_id)
+            fails = writer.events("fail")
+            print(f"round {round_no}: writer acked {len(writer.acked())}, first failure {fails[:1]}, end {end}")
+            # A writer left without a spare bookie closes the ledger at its LAC itself (nothing to
+            # fence: its own handle refuses later appends, and check_ledger saw no ack past the end).
+            if not (fails and fails[0][0] == "NotEnoughBookiesError"):
+                assert_fenced_on_every_bookie(c, ledger_id)
             writer.stop()
             recoverer.stop()
         check_placement(cluster)
