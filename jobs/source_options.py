@@ -217,14 +217,19 @@ class Pushdown:
     entry: IdRange = field(default_factory=IdRange)
 
 
+def filter_column(f: Filter) -> str | None:
+    """The lower-cased top-level column a pushed filter tests, None for a nested one."""
+    col = getattr(f, "attribute", None)
+    return col[0].lower() if isinstance(col, tuple) and len(col) == 1 else None
+
+
 def push_filters(filters: Iterable[Filter]) -> tuple[Pushdown, list[Filter]]:
     """(what the source applies, the filters left for Spark). Applied filters are exact: the
     planned entry ranges hold precisely the rows that pass them, so Spark need not re-check."""
     pd = Pushdown()
     rest: list[Filter] = []
     for f in filters:
-        col = getattr(f, "attribute", None)
-        name = col[0].lower() if isinstance(col, tuple) and len(col) == 1 else None
+        name = filter_column(f)
         if name == "ledger_id":
             narrowed = pd.ledger.narrowed(f)
             if narrowed is not None:

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field, replace
 
 from pyspark.sql.datasource import EqualTo, Filter, In
 
-from jobs.source_options import CLIENT_CONF_ENV, DECODES, ZK_ENV, IdRange, _int_option
+from jobs.source_options import CLIENT_CONF_ENV, DECODES, ZK_ENV, IdRange, _int_option, filter_column
 from ledger_client.errors import IncorrectParameterError
 from ledger_client.stream.dlsn import DLSN
 
@@ -155,8 +155,7 @@ def push_stream_filters(filters: Iterable[Filter]) -> tuple[StreamPushdown, list
     pd = StreamPushdown()
     rest: list[Filter] = []
     for f in filters:
-        col = getattr(f, "attribute", None)
-        name = col[0].lower() if isinstance(col, tuple) and len(col) == 1 else None
+        name = filter_column(f)
         if name == "txid":
             narrowed = pd.txid.narrowed(f)
             if narrowed is not None:
