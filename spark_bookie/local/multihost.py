@@ -19,7 +19,7 @@ from typing import Any
 from metadata import MetadataStore
 from metadata import connect as connect_metadata
 from spark_bookie.local.hosts import NETNS, Host, Hosts
-from spark_bookie.local.sandbox import BookieProcess
+from spark_bookie.local.sandbox import BookieProcess, stop_cluster
 from spark_bookie.local.zookeeper import EmbeddedZooKeeper, free_port
 
 log = logging.getLogger(__name__)
@@ -135,16 +135,8 @@ class MultiHostCluster:
     def stop(self) -> None:
         """Stop bookies gracefully, then ZooKeeper; always remove the hosts (namespaces, bridge)."""
         try:
-            for b in self.bookies:
-                try:
-                    b.stop()
-                except Exception:
-                    log.exception("stopping %s", b.bookie_id)
-            if self.store is not None:
-                self.store.close()
-                self.store = None
-            if self.zk is not None:
-                self.zk.stop()
+            stop_cluster(self.bookies, self.store, self.zk)
+            self.store = None
         finally:
             self.hosts.close()
 

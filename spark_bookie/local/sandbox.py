@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -139,6 +140,20 @@ class BookieProcess:
         return self.proc is not None and self.proc.poll() is None
 
 
+def stop_cluster(bookies: Sequence[BookieProcess], store: MetadataStore | None, zk: EmbeddedZooKeeper | None) -> None:
+    """Bookies gracefully (one failing to stop does not keep the others running), then the
+    metadata session, then ZooKeeper: the order that leaves no bookie without its ZooKeeper."""
+    for b in bookies:
+        try:
+            b.stop()
+        except Exception:
+            log.exception("stopping %s", b.bookie_id)
+    if store is not None:
+        store.close()
+    if zk is not None:
+        zk.stop()
+
+
 class Sandbox:
     """Embedded ZooKeeper + `bookies` bookie processes under `root`."""
 
@@ -194,16 +209,8 @@ class Sandbox:
             b.wait_registered(self.store)
 
     def stop(self) -> None:
-        for b in self.bookies:
-            try:
-                b.stop()
-            except Exception:
-                log.exception("stopping %s", b.bookie_id)
-        if self.store is not None:
-            self.store.close()
-            self.store = None
-        if self.zk is not None:
-            self.zk.stop()
+        stop_cluster(self.bookies, self.store, self.zk)
+        self.store = None
 
     def __enter__(self) -> Sandbox:
         try:
