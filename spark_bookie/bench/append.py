@@ -25,6 +25,7 @@ from typing import Any
 
 from spark_bookie.bench.common import REDIS_MISSING, cpu_seconds, pct, redis_server
 from spark_bookie.bench.host import cpu_times, fdatasyncs, round_trips, steal_share
+from spark_bookie.local.progress import StepProgress
 
 GOAL_ENTRIES_PER_S = 20_000
 GOAL_PEER_RATIO = 2.0
@@ -149,6 +150,8 @@ def bench_append(args: argparse.Namespace) -> int:
     seconds = 3.0 if args.quick else args.seconds_at_rate
     root = Path(tempfile.mkdtemp(prefix="bench-append-"))
     res: dict[str, Any] = {"entries": entries, "entry_bytes": args.entry_bytes}
+    progress = StepProgress("bench append", ("latency", "throughput", "metrics cost", *(("secured",) * args.tls),
+                                             "redis"))
     with Sandbox(root / "cluster", 3, bookie_settings={"gc_interval_ms": 3_600_000}) as sb:
         with LedgerClient(sb.connect_string, config=ClientConfig()) as client:
             pids = [b.proc.pid for b in sb.bookies if b.proc is not None]
@@ -167,13 +170,19 @@ def bench_append(args: argparse.Namespace) -> int:
             with LedgerClient(sb.connect_string, config=ClientConfig(bookie_add_transport="grpc")) as grpc_client:
                 res["E3Qw3Qa2_at_1000_grpc"] = _latency_at_rate(grpc_client, (3, 3, 2), 1000.0, seconds,
                                                                 args.entry_bytes, pids)
+            progress.step("latency")
             for cfg in CONFIGS:
                 name = "E{}Qw{}Qa{}".format(*cfg)
                 res[name] = _throughput(client, cfg, entries, args.entry_bytes, pids)
+            progress.step("throughput")
     res["metrics_cost"] = _metrics_cost(root / "metrics", entries, args.entry_bytes, rounds=2 if args.quick else 4)
+    progress.step("metrics cost")
     if args.tls:
         res.update(_secured_runs(root / "secure", entries, seconds, args.entry_bytes))
+        progress.step("secured")
     res["peer_redis"] = redis_peer(root / "redis", 5.0 if args.quick else 10.0, args.entry_bytes)
+    progress.step("redis")
+    progress.close()
     shutil.rmtree(root, ignore_errors=True)
     _report(res)
     Path(args.json).write_text(json.dumps(res, indent=2))

@@ -27,6 +27,7 @@ from typing import Any
 
 from spark_bookie.bench.common import finish
 from spark_bookie.bench.stream import catch_up
+from spark_bookie.local.progress import StepProgress
 
 GOAL_WRITE_RATIO = 0.5
 GOAL_READ_RATIO = 2.0
@@ -130,6 +131,7 @@ def bench_spark_stream(args: argparse.Namespace) -> int:
     root = Path(tempfile.mkdtemp(prefix="bench-spark-stream-"))
     res: dict[str, Any] = {"rows": rows, "payload_bytes": PAYLOAD_BYTES, "load_average_at_start": os.getloadavg()}
     spark = None
+    progress = StepProgress("bench spark-stream", ("spark", "writes", "reads", "tiering", "tiered reads"))
     try:
         with Sandbox(root / "cluster", 3, bookie_settings={"gc_interval_ms": 3_600_000}) as sb, \
                 LedgerClient(sb.connect_string) as client:
@@ -138,13 +140,19 @@ def bench_spark_stream(args: argparse.Namespace) -> int:
             df = _frame(spark, rows, args.partitions)
             df.count()
             write_pair(spark, sb.connect_string, _frame(spark, 10_000, 2), 10_000, root, 99)   # warm-up
+            progress.step("spark")
             res["write"] = [write_pair(spark, sb.connect_string, df, rows, root, k) for k in range(2)]
+            progress.step("writes")
             res["read"] = [read_pair(spark, sb.connect_string, "bench/written-0", rows, 2) for _ in range(2)]
+            progress.step("reads")
             _tier(sb.connect_string, "bench/written-1", root / "tiered")
+            progress.step("tiering")
             res["tiered"] = [{"ledgers_records_per_s": catch_up(ns, "written-0", rows)["records_per_s"],
                               "delta_records_per_s": catch_up(ns, "written-1", rows)["records_per_s"]}
                              for _ in range(2)]
+            progress.step("tiered reads")
     finally:
+        progress.close()
         if spark is not None:
             spark.stop()
         shutil.rmtree(root, ignore_errors=True)

@@ -28,6 +28,7 @@ from typing import Any
 
 from spark_bookie.bench.common import REDIS_MISSING, cpu_seconds, finish, pct, redis_server
 from spark_bookie.bench.host import cpu_times, fdatasyncs, round_trips, steal_share
+from spark_bookie.local.progress import StepProgress
 
 GOAL_RECORDS_PER_S = 200_000
 GOAL_PEER_RATIO = 2.0
@@ -214,21 +215,29 @@ def bench_stream(args: argparse.Namespace) -> int:
     seconds = 3.0 if args.quick else args.seconds_at_rate
     root = Path(tempfile.mkdtemp(prefix="bench-stream-"))
     res: dict[str, Any] = {"record_bytes": RECORD_BYTES, "load_average_at_start": os.getloadavg()}
+    progress = StepProgress("bench stream", ("warm-up", "host floors", "latency", "throughput", "catch-up", "redis"))
     try:
         with Sandbox(root / "cluster", 3, bookie_settings={"gc_interval_ms": 3_600_000}) as sb:
             with LedgerClient(sb.connect_string) as client:
                 ns = client.create_namespace("bench", ensemble_size=3, write_quorum_size=3, ack_quorum_size=2)
                 throughput(ns, "warm-up", min(records, 20_000))
+                progress.step("warm-up")
                 trips = round_trips(1000.0, 1.0 if args.quick else 3.0)
                 res["host_round_trip"] = {"p50_ms": pct(trips, 50), "p99_ms": pct(trips, 99)}
                 syncs = fdatasyncs(root, 1000.0, 1.0 if args.quick else 3.0, RECORD_BYTES)
                 res["host_fdatasync"] = {"p50_ms": pct(syncs, 50), "p99_ms": pct(syncs, 99)}
+                progress.step("host floors")
                 res["latency_at_1000"] = latency(sb.connect_string, ns, "latency", 1000.0, seconds)
+                progress.step("latency")
                 res["throughput"] = throughput(ns, "throughput", records)
+                progress.step("throughput")
                 res["catch_up"] = catch_up(ns, "throughput", records)
+                progress.step("catch-up")
         res["peer_redis"] = redis_peer(root / "redis", 3.0 if args.quick else 10.0, args.redis_clients, 1000.0,
                                        seconds)
+        progress.step("redis")
     finally:
+        progress.close()
         shutil.rmtree(root, ignore_errors=True)
     return finish(res, args.json, _report)
 
