@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from spark_bookie.bench.common import cpu_seconds, raw_group_commit
+from spark_bookie.local.progress import StepProgress
 
 GOAL_MB_PER_S = 50.0
 POLL_S = 0.1                # the repair's progress is polled this often (cheap reads only)
@@ -186,6 +187,7 @@ def bench_recovery(args: argparse.Namespace) -> int:
                            "bookies": args.bookies, "workers": args.workers, "ensemble": "E3/Qw2/Qa2"}
     settings = {"gc_interval_ms": 3_600_000, "zk_session_timeout_ms": BOOKIE_SESSION_MS}
     workers: list[subprocess.Popen[bytes]] = []
+    progress = StepProgress("bench recovery", ("ledgers written", "repaired"))
     try:
         with Sandbox(root / "cluster", args.bookies, bookie_settings=settings) as sb:
             store = sb.store
@@ -194,6 +196,7 @@ def bench_recovery(args: argparse.Namespace) -> int:
             store.set_lost_bookie_recovery_delay_s(0)
             workers = _start_workers(sb.connect_string, root, args.workers)
             res["write"] = _write_ledgers(sb.connect_string, ledgers, ledger_bytes, args.entry_bytes)
+            progress.step("ledgers written")
             res["raw_disk_1mib_fdatasync"] = raw_group_commit(root, (64 if args.quick else 256) << 20)
             counts = Counter(b for md in _all(store) for b in md.bookies())
             victim = next(b for b in sb.bookies if b.bookie_id == counts.most_common(1)[0][0])
@@ -205,6 +208,7 @@ def bench_recovery(args: argparse.Namespace) -> int:
             zk = [sb.zk.pid] if sb.zk is not None and sb.zk.pid is not None else []
             cpu0 = (_cpu([p.pid for p in workers]), _cpu(survivors), _cpu([os.getpid()]), _cpu(zk))
             marks = _time_repair(sb, victim, on_victim, args.timeout)
+            progress.step("repaired")
             cpu = {"autorecovery": _cpu([p.pid for p in workers]) - cpu0[0], "bookies": _cpu(survivors) - cpu0[1],
                    "benchmark_polling": _cpu([os.getpid()]) - cpu0[2], "zookeeper": _cpu(zk) - cpu0[3]}
             res["cpu_seconds"] = cpu
@@ -214,6 +218,7 @@ def bench_recovery(args: argparse.Namespace) -> int:
             res["mb_per_s_after_first_mark"] = copied / max(1e-9, marks["repaired"] - marks["first_marked"]) / 1e6
             _stop(workers)  # before the cluster goes: stopping bookies would start new repairs
     finally:
+        progress.close()
         _stop(workers)
         shutil.rmtree(root, ignore_errors=True)
     _report(res)

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from spark_bookie.bench.common import finish
+from spark_bookie.local.progress import StepProgress
 
 GOAL_ENTRIES_PER_S = 100_000
 GOAL_SPARK_RATIO = 2.0
@@ -162,19 +163,24 @@ def bench_scan(args: argparse.Namespace) -> int:
     root = Path(tempfile.mkdtemp(prefix="bench-scan-"))
     res: dict[str, Any] = {"entries": entries, "entry_bytes": args.entry_bytes, "executors": args.executors,
                            "load_average_at_start": os.getloadavg()}
+    progress = StepProgress("bench scan", ("ledgers written", "read_arrow scans", "Spark scans"))
     try:
         with Sandbox(root / "cluster", max(3, args.bookies), bookie_settings={"gc_interval_ms": 3_600_000}) as sb:
             with LedgerClient(sb.connect_string) as client:
                 lid, res["write_entries_per_s"] = _write_ledger(client, entries, args.entry_bytes)
                 striped, _rate = _write_ledger(client, entries, args.entry_bytes, max(3, args.bookies), 2)
                 warm_lid, _rate = _write_ledger(client, 1000, args.entry_bytes)
+            progress.step("ledgers written")
             res.update(_plain_and_striped(sb.connect_string, lid, striped, entries, max(3, args.bookies)))
+            progress.step("read_arrow scans")
             spark = _spark(args.executors)
             try:
                 res.update(spark_scans(spark, sb.connect_string, lid, entries, args.executors, warm_lid))
+                progress.step("Spark scans")
             finally:
                 spark.stop()
     finally:
+        progress.close()
         shutil.rmtree(root, ignore_errors=True)
     return finish(res, args.json, _report)
 
