@@ -96,11 +96,15 @@ def test_autorecovery_metrics_move_as_a_killed_bookie_is_replaced(cluster_factor
         assert sample(scrape(url), "replication_worker_NUM_ENTRIES_WRITTEN_total") == 0
         bookie_of(sb, victim).kill()
         wait_fully_repaired(sb.store, victim, timeout_s=120)
+        # The metadata swap comes first; the worker counts the ledger once it has also cleared its
+        # under-replication mark, a moment later (this asserted at once and failed now and then).
+        wait_until(lambda: sample(scrape(url), "replication_worker_NUM_FULL_OR_PARTIAL_LEDGERS_REPLICATED_total") >= 1,
+                   30, "the worker to count the re-replicated ledger")
         after = scrape(url)
-        assert sample(after, "replication_worker_NUM_FULL_OR_PARTIAL_LEDGERS_REPLICATED_total") >= 1
         assert sample(after, "replication_worker_NUM_ENTRIES_WRITTEN_total") > 0
         assert sample(after, "replication_worker_NUM_BYTES_WRITTEN_total") > 0
-        assert sample(after, "auditor_NUM_UNDER_REPLICATED_LEDGERS") == 0
+        wait_until(lambda: sample(scrape(url), "auditor_NUM_UNDER_REPLICATED_LEDGERS") == 0, 30,
+                   "the auditor's count of under-replicated ledgers to drop to 0")
         assert call(url + "/api/v1/bookie/is_ready")[0] == 200
     except BaseException:
         print("autorecovery log:\n" + ar.log()[-4000:])  # what the process saw, for a failure's report
