@@ -86,6 +86,12 @@ def _wait(pred: Any, what: str, timeout_s: float = WAIT_S) -> None:
         time.sleep(0.5)
 
 
+def _store(sb: SparkSandbox) -> Any:
+    if sb.store is None:
+        raise RuntimeError("the Spark sandbox is not started")
+    return sb.store
+
+
 def _kill_an_ensemble_bookie(sb: SparkSandbox, client: LedgerClient, ns: Namespace) -> tuple[str, int]:
     """SIGKILL the executor JVM hosting a bookie of the events' current segment: (bookie, pid)."""
     seg = ns.stream_info("events").segments[-1]
@@ -93,9 +99,7 @@ def _kill_an_ensemble_bookie(sb: SparkSandbox, client: LedgerClient, ns: Namespa
         raise RuntimeError("the events' last segment has no ledger")
     md = client.ledger_metadata(seg.ledger_id)
     ensemble = md.ensembles[max(md.ensembles)]
-    store = sb.store
-    assert store is not None
-    slots = read_slot_statuses(store, APP_NAME)
+    slots = read_slot_statuses(_store(sb), APP_NAME)
     slot = next(s for s in slots.values() if s.get("bookie_id") in ensemble and s.get("executor_pid"))
     pid = int(slot["executor_pid"])
     os.kill(pid, signal.SIGKILL)
@@ -105,8 +109,7 @@ def _kill_an_ensemble_bookie(sb: SparkSandbox, client: LedgerClient, ns: Namespa
 def _back(sb: SparkSandbox, bookie_id: str, killed_pid: int) -> bool:
     """The killed slot serves again from another executor (its old znode may outlive the kill by a
     session timeout, so registration alone says nothing)."""
-    store = sb.store
-    assert store is not None
+    store = _store(sb)
     slot = next((s for s in read_slot_statuses(store, APP_NAME).values() if s.get("bookie_id") == bookie_id), {})
     return (slot.get("state") == SERVING and slot.get("executor_pid") not in (None, killed_pid)
             and bookie_id in store.list_bookies())
