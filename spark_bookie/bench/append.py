@@ -17,13 +17,12 @@ import os
 import shutil
 import statistics
 import tempfile
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from spark_bookie.bench.common import REDIS_MISSING, cpu_seconds, pct, redis_server
+from spark_bookie.bench.common import REDIS_MISSING, cpu_seconds, pct, redis_server, timed_threads
 from spark_bookie.bench.host import cpu_times, fdatasyncs, round_trips, steal_share
 from spark_bookie.local.progress import StepProgress
 
@@ -132,13 +131,7 @@ def redis_peer(workdir: Path, seconds: float, size: int, clients: int = 64) -> d
                 c.xadd("bench", {"p": payload})
                 counts[k] += 1
 
-        threads = [threading.Thread(target=writer, args=(k,)) for k in range(clients)]
-        t0 = time.perf_counter()
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        elapsed = time.perf_counter() - t0
+        elapsed = timed_threads(clients, writer)
         return {"entries_per_s": sum(counts) / elapsed, "clients": clients, "fsync": "always"}
 
 

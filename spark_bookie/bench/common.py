@@ -115,3 +115,17 @@ def finish(res: dict[str, Any], json_path: str, report: Callable[[dict[str, Any]
     Path(json_path).write_text(json.dumps(res, indent=2))
     print(f"results written to {json_path}")
     return 0
+
+
+def timed_threads(count: int, target: Callable[[int], None]) -> float:
+    """Run ``target(k)`` for k in 0..count-1 on threads of their own, all at once; the seconds they
+    took together (a peer's concurrent clients)."""
+    import threading
+
+    threads = [threading.Thread(target=target, args=(k,)) for k in range(count)]
+    t0 = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return time.perf_counter() - t0

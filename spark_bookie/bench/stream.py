@@ -21,12 +21,11 @@ import struct
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import Any
 
-from spark_bookie.bench.common import REDIS_MISSING, cpu_seconds, finish, pct, redis_server
+from spark_bookie.bench.common import REDIS_MISSING, cpu_seconds, finish, pct, redis_server, timed_threads
 from spark_bookie.bench.host import cpu_times, fdatasyncs, round_trips, steal_share
 from spark_bookie.local.progress import StepProgress
 
@@ -198,13 +197,7 @@ def _redis_throughput(port: int, seconds: float, clients: int) -> float:
             pipe.execute()
             counts[k] += 100
 
-    threads = [threading.Thread(target=writer, args=(k,)) for k in range(clients)]
-    t0 = time.perf_counter()
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    return sum(counts) / (time.perf_counter() - t0)
+    return sum(counts) / timed_threads(clients, writer)
 
 
 def bench_stream(args: argparse.Namespace) -> int:
