@@ -22,7 +22,7 @@ from .listed_read import read_striped
 from .machines import QuorumCoverage, write_set
 from .protocol import bookkeeper_pb2 as pb
 from .protocol.framing import Digester, FramingError, parse_header
-from .transport import rpc_error, status_error
+from .transport import status_error
 from .transport.completion import as_completed
 
 if TYPE_CHECKING:
@@ -57,7 +57,7 @@ class _FirstValid:
         try:
             resp = fut.result()
         except grpc.RpcError as e:
-            self._finish(None, rpc_error(e, bookie))
+            self._finish(None, self.h._client.pool.get(bookie).error_of(e))
             return
         if resp.status != pb.EOK:
             self._finish(None, status_error(resp.status, resp.detail, f"read {self.h.ledger_id}/"

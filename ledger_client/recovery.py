@@ -33,7 +33,6 @@ from . import errors
 from .machines import QuorumCoverage, ReadOutcome, RecoveryReadTally, fence_start_point, write_set
 from .protocol import bookkeeper_pb2 as pb
 from .protocol.framing import Digester, FramingError, parse_header
-from .transport import rpc_error
 from .transport.completion import as_completed
 
 if TYPE_CHECKING:
@@ -103,7 +102,7 @@ class LedgerRecovery:
         try:
             resp = fut.result()
         except grpc.RpcError as e:
-            refused = rpc_error(e, bookie)
+            refused = self._client.pool.get(bookie).error_of(e)
             if isinstance(refused, errors.UnauthorizedAccessError):  # our token: no bookie will fence for us
                 raise refused from e
             return None

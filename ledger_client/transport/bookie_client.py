@@ -29,6 +29,7 @@ from ..protocol.add_framing import AddColumns
 from .add_readers import DEFAULT_READERS, AddReaders
 from .credentials import NO_CREDENTIALS, Credentials
 from .socket_reads import SocketReads
+from .tls_probe import RefusalCache, tls_refusal
 
 TRANSPORT_FAILURE = -1  # the status reported for adds whose stream to the bookie broke
 
@@ -75,9 +76,17 @@ _STOP = object()
 
 
 def _tls_client(credentials: Credentials, timeout_s: float, sock: socket.socket, host: str) -> socket.socket:
+    """TLS on a TCP connection to the bookie; UnauthorizedAccessError when we do not trust its
+    certificate (no other bookie would do better), OSError for the rest."""
+    import ssl
+
     from .sockets import tls_client
 
-    return tls_client(sock, credentials.ssl_context(), host, timeout_s)
+    try:
+        return tls_client(sock, credentials.ssl_context(), host, timeout_s)
+    except ssl.SSLCertVerificationError as e:
+        raise errors.UnauthorizedAccessError(f"{host}: the bookie's certificate is not trusted: "
+                                             f"{e.verify_message or e}") from e
 
 _REFUSED = (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED)
 
@@ -298,8 +307,10 @@ class GrpcAddStream(AddStream):
     """Adds on one bidirectional AddStream call (gRPC's threads send what `_requests` yields)."""
 
     def __init__(self, stub: pb_grpc.BookieStub, limits: StreamLimits, address: str,
-                 metadata: tuple[tuple[str, str], ...] | None = None) -> None:
+                 metadata: tuple[tuple[str, str], ...] | None = None,
+                 error_of: Callable[[grpc.RpcError], errors.LedgerError] | None = None) -> None:
         super().__init__(limits, address)
+        self._error_of = error_of or (lambda e: rpc_error(e, address))
         self._call = stub.AddStream(self._requests(), metadata=metadata)
         self._reader = threading.Thread(target=self._read, name=f"add-stream-{address}", daemon=True)
         self._reader.start()
@@ -310,8 +321,9 @@ class GrpcAddStream(AddStream):
                 self._on_response(resp)
             self._fail(f"add stream to {self._address} ended")
         except grpc.RpcError as e:
+            refused = isinstance(self._error_of(e), errors.UnauthorizedAccessError)
             self._fail(f"add stream to {self._address} failed: {e.code().name}: {e.details()}",
-                       pb.EUA if e.code() in _REFUSED else TRANSPORT_FAILURE)
+                       pb.EUA if refused else TRANSPORT_FAILURE)
 
     def close(self) -> None:
         super().close()
@@ -351,6 +363,7 @@ class BookieClient:
         self._add_port: int | None = None  # from GetBookieInfo; forgotten when it led nowhere
         self._read_transport = read_transport
         self._reads: SocketReads | None = None
+        self._refusals = RefusalCache()
 
     # ------------------------------------------------------------------ adds
 
@@ -402,7 +415,8 @@ class BookieClient:
             if stream is not None:
                 stream.close()
             if self._limits.add_transport == "grpc":
-                stream = GrpcAddStream(self._stub, self._limits, self.address, self._creds.grpc_metadata())
+                stream = GrpcAddStream(self._stub, self._limits, self.address, self._creds.grpc_metadata(),
+                                       self.error_of)
             else:
                 stream = self._new_socket_stream()
             self._stream = stream
@@ -451,7 +465,28 @@ class BookieClient:
         try:
             return method(request, timeout=timeout_s or self._timeout_s, metadata=self._creds.grpc_metadata())
         except grpc.RpcError as e:
-            raise rpc_error(e, self.address) from e
+            raise self.error_of(e) from e
+
+    def error_of(self, exc: BaseException) -> errors.LedgerError:
+        """rpc_error, except that a bookie refusing our TLS is UnauthorizedAccessError, not
+        unavailable (see tls_probe: gRPC reports such a refusal as a closed socket)."""
+        err = rpc_error(exc, self.address)
+        if not (isinstance(err, errors.BookieUnavailableError) and isinstance(exc, grpc.RpcError)
+                and exc.code() == grpc.StatusCode.UNAVAILABLE):
+            return err
+        details = (exc.details() or "").lower()
+        if not (self._creds.tls or "socket closed" in details):
+            return err   # a plaintext client, and not the sign of a TLS port: a bookie down
+        reason = self._refusals.get(self._probe_tls)
+        return errors.UnauthorizedAccessError(f"{self.address}: {reason}") if reason else err
+
+    def _probe_tls(self) -> str | None:
+        host, port = self.address.rsplit(":", 1)
+        try:
+            context = self._creds.probe_context() if self._creds.tls else None
+        except errors.IncorrectParameterError as e:
+            return str(e)
+        return tls_refusal(host, int(port), context, min(self._timeout_s, 2.0))
 
     def read(self, ledger_id: int, entry_id: int, *, fence: bool = False, master_key: bytes = b"",
              previous_lac: int | None = None, long_poll_timeout_ms: int = 0,
@@ -461,7 +496,7 @@ class BookieClient:
         try:
             return fut.result()
         except grpc.RpcError as e:
-            raise rpc_error(e, self.address) from e
+            raise self.error_of(e) from e
 
     def read_future(self, ledger_id: int, entry_id: int, *, fence: bool = False, master_key: bytes = b"",
                     previous_lac: int | None = None, long_poll_timeout_ms: int = 0,

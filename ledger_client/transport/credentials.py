@@ -86,14 +86,24 @@ class Credentials:
         certificate if any (IncorrectParameterError when a file cannot be loaded)."""
         with self._lock:
             if self._ssl_context is None:
-                try:
-                    ctx = ssl.create_default_context(cafile=self.tls_ca_path)
-                    if self.tls_cert_path is not None:
-                        ctx.load_cert_chain(self.tls_cert_path, self.tls_key_path)
-                except (OSError, ssl.SSLError) as e:
-                    raise errors.IncorrectParameterError(f"cannot load the client's TLS files: {e}") from e
-                self._ssl_context = ctx
+                self._ssl_context = self._new_context()
             return self._ssl_context
+
+    def probe_context(self) -> ssl.SSLContext:
+        """The same certificates offering ALPN h2, as gRPC does: for asking the gRPC port why it
+        refused us (tls_probe). Made on each call: only failures ask."""
+        ctx = self._new_context()
+        ctx.set_alpn_protocols(["h2"])
+        return ctx
+
+    def _new_context(self) -> ssl.SSLContext:
+        try:
+            ctx = ssl.create_default_context(cafile=self.tls_ca_path)
+            if self.tls_cert_path is not None:
+                ctx.load_cert_chain(self.tls_cert_path, self.tls_key_path)
+        except (OSError, ssl.SSLError) as e:
+            raise errors.IncorrectParameterError(f"cannot load the client's TLS files: {e}") from e
+        return ctx
 
 
 def _read(path: str | None) -> bytes | None:

@@ -89,9 +89,10 @@ def test_mtls_with_token_writes_and_reads_and_everyone_else_is_refused(cluster_f
         "bookie not trusted": _config(tls_ca_path=str(pki["rogue_ca"]), tls_cert_path=str(pki["client"]),
                                       tls_key_path=str(pki["client_key"])),
     }
-    for what, cfg in refusals.items():
+    for what, cfg in refusals.items():   # refused, and told so: not "not enough bookies"
         err = _refused(zk, cfg, good)
         print(what, "->", type(err).__name__, err)
+        assert isinstance(err, errors.UnauthorizedAccessError), (what, err)
     no_token = _config(auth_token=None, tls_ca_path=str(pki["ca"]), tls_cert_path=str(pki["client"]),
                        tls_key_path=str(pki["client_key"]))
     assert isinstance(_refused(zk, no_token, good), errors.UnauthorizedAccessError)
@@ -142,7 +143,7 @@ def test_rotated_certificate_is_used_without_restart_and_host_names_are_checked(
     pki["bookie_key"].write_bytes(key)
     pki["bookie"].write_bytes(cert)
     _wait_refused(zk, old)                         # the old CA no longer vouches for what the bookie shows
-    with pytest.raises(errors.LedgerError):
+    with pytest.raises(errors.UnauthorizedAccessError, match="not trusted"):
         _write(zk, new, ensemble=1)                # trusted CA, wrong host name: refused
     cert, key = new_ca.issue("bookie", ("127.0.0.1",))
     pki["bookie_key"].write_bytes(key)
