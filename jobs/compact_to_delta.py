@@ -2,6 +2,7 @@
 
     spark-submit jobs/compact_to_delta.py --zk Z --table PATH [--ledgers 1,2] [--partition-by ledger_id|date]
                                           [--delete-after-commit] [--password PW] [--engine spark|local]
+                                          [--client-conf PATH]
 
     spark-submit jobs/compact_to_delta.py --zk Z --stream ns/s[,ns/*] --table PATH [--tier] [--engine spark|local]
 
@@ -18,6 +19,11 @@ With ``--stream`` it copies streams' sealed segments instead (``jobs/stream_tier
 Delta table with the stream columns, once per segment; ``--tier`` then marks them tiered in the
 streams' metadata (readers read them from the table from then on) and deletes their ledgers.
 
+On a secured cluster (docs/security.md), ``--client-conf PATH`` (default
+``$SPARK_BOOKIE_CLIENT_CONF``) is the client TOML (zk_auth, token, TLS) of the driver and of every
+executor task: a path each executor can read. Without it such a cluster refuses the run (exit 1,
+ZooKeeper's NoAuth as UnauthorizedAccessError).
+
 Importable: ``main(argv, spark=None)`` runs the same thing (tests, notebooks); pass a session to
 reuse it.
 """
@@ -33,6 +39,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from jobs.connect import CLIENT_CONF_ENV, client_conf_path, client_config
 from jobs.delta_compaction import (
     PARTITION_COLUMN,
     CompactionConfig,
@@ -65,6 +72,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="streams to copy instead of ledgers: ns/name items, comma-separated, globs allowed (ns/*)")
     p.add_argument("--tier", action="store_true",
                    help="with --stream: mark the copied segments tiered and delete their ledgers")
+    p.add_argument("--client-conf", default=None, metavar="PATH",
+                   help="client TOML of a secured cluster ([client]: zk_auth, auth_token(_file), tls_*), readable "
+                        f"on every executor (default: ${CLIENT_CONF_ENV})")
     return p
 
 
@@ -73,7 +83,8 @@ def config_from_args(args: argparse.Namespace) -> CompactionConfig:
         zk=args.zk, table_path=args.table,
         ledgers=None if args.ledgers is None else parse_ledger_ids(args.ledgers),
         partition_by=args.partition_by, delete_after_commit=args.delete_after_commit,
-        password=args.password.encode(), entries_per_read=args.entries_per_read, tasks_max=args.tasks_max)
+        password=args.password.encode(), entries_per_read=args.entries_per_read, tasks_max=args.tasks_max,
+        client_conf=args.client_conf)
 
 
 def run(argv: Sequence[str] | None = None, spark: Any = None,
@@ -86,6 +97,7 @@ def run(argv: Sequence[str] | None = None, spark: Any = None,
     args = build_parser().parse_args(argv)
     if args.tier and args.stream is None:
         raise BadArgumentError("--tier needs --stream (ledgers are compacted, streams are tiered)")
+    args.client_conf = checked_client_conf(args.client_conf)
     work: Callable[[Any], CompactionResult | TieringResult]
     hook = progress.step if progress is not None else None
     if args.stream is not None:
@@ -108,12 +120,23 @@ def run(argv: Sequence[str] | None = None, spark: Any = None,
             session.stop()
 
 
+def checked_client_conf(given: str | None) -> str | None:
+    """The absolute path of --client-conf (else $SPARK_BOOKIE_CLIENT_CONF), read once here so that a
+    missing or bad file is a BadArgumentError before any work, not a failure in every task."""
+    path = client_conf_path(given)
+    try:
+        client_config(path)
+    except IncorrectParameterError as e:
+        raise BadArgumentError(f"--client-conf: {e}") from e
+    return path
+
+
 def tiering_config_from_args(args: argparse.Namespace) -> TieringConfig:
     if args.ledgers is not None:
         raise BadArgumentError("--ledgers and --stream do not go together")
     try:
         return TieringConfig(zk=args.zk, table_path=args.table, streams=args.stream, tier=args.tier,
-                             tasks_max=args.tasks_max)
+                             tasks_max=args.tasks_max, client_conf=args.client_conf)
     except IncorrectParameterError as e:
         raise BadArgumentError(str(e)) from e
 

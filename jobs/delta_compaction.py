@@ -44,6 +44,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from jobs.connect import connect
 from jobs.errors import BadArgumentError, ConcurrentCompactionError, TableMismatchError
 from ledger_client.protocol.checks import invariant
 
@@ -81,6 +82,7 @@ class CompactionConfig:
     entries_per_read: int = 10_000          # entries per read_arrow call (one record batch)
     file_bytes_max: int = 128 * 1024 * 1024  # a ledger's rows roll into a new parquet file past this
     tasks_max: int = 64                     # Spark tasks of phase one (fewer if fewer ledgers)
+    client_conf: str | None = None          # client TOML of a secured cluster (jobs/connect.py), on every executor
 
     def __post_init__(self) -> None:
         if self.partition_by not in PARTITION_COLUMN:
@@ -270,6 +272,7 @@ class WriteSettings:
     partition_column: str
     entries_per_read: int
     file_bytes_max: int
+    client_conf: str | None = None   # the client TOML's path: the executor reads it (jobs/connect.py)
 
 
 class _FileRoller:
@@ -344,9 +347,7 @@ def write_ledger_files(client: LedgerClient, s: WriteSettings, info: LedgerInfo)
 
 def write_group(s: WriteSettings, ledgers: Sequence[LedgerInfo]) -> list[WrittenFile]:
     """Phase one for a group of ledgers with one client (a Spark task, or the driver in local runs)."""
-    from ledger_client import LedgerClient
-
-    client = LedgerClient(s.zk)
+    client = connect(s.zk, s.client_conf)
     try:
         out: list[WrittenFile] = []
         for info in ledgers:
@@ -476,12 +477,10 @@ def compact(cfg: CompactionConfig, spark: Any = None, hook: Callable[[str], None
     Idempotent: ledgers already recorded in the table are skipped, and a crash at any point leaves
     the table either without a ledger or with all of it, never half or twice.
     """
-    from ledger_client import LedgerClient
-
     step = hook or (lambda _name: None)
     t0 = time.monotonic()
     table = open_table(cfg.table_path, cfg.partition_column)
-    client = LedgerClient(cfg.zk)
+    client = connect(cfg.zk, cfg.client_conf)
     try:
         infos, missing = scan_ledgers(client, cfg.ledgers, cfg.password)
         step("scanned")
@@ -492,7 +491,8 @@ def compact(cfg: CompactionConfig, spark: Any = None, hook: Callable[[str], None
         files: list[WrittenFile] = []
         if plan.to_compact:
             settings = WriteSettings(cfg.zk, cfg.password, str(Path(cfg.table_path).absolute()),
-                                     cfg.partition_column, cfg.entries_per_read, cfg.file_bytes_max)
+                                     cfg.partition_column, cfg.entries_per_read, cfg.file_bytes_max,
+                                     cfg.client_conf)
             groups = assign_tasks(plan.to_compact, cfg.tasks_max)
             files = (write_files_with_spark(spark, settings, groups) if spark is not None
                      else [f for g in groups for f in write_group(settings, g)])

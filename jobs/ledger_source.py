@@ -36,6 +36,8 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from .connect import TASK_TIMEOUTS
+from .connect import connect as connect_cluster
 from .source_options import LedgerExtent, Pushdown, SourceOptions, Span, plan_spans, push_filters
 
 if TYPE_CHECKING:
@@ -100,13 +102,7 @@ def ledger_extents(client: LedgerClient, opts: SourceOptions, pushdown: Pushdown
 
 
 def connect(opts: SourceOptions) -> LedgerClient:
-    from ledger_client import ClientConfig, LedgerClient
-
-    if opts.client_conf:
-        config = ClientConfig.from_toml(opts.client_conf, zk_session_timeout_ms=10_000, operation_timeout_ms=60_000)
-    else:
-        config = ClientConfig(zk_session_timeout_ms=10_000, operation_timeout_ms=60_000)
-    return LedgerClient(opts.zk, config=config)
+    return connect_cluster(opts.zk, opts.client_conf, **TASK_TIMEOUTS)
 
 
 # ---------------------------------------------------------------- executors: spans → Arrow batches

@@ -23,13 +23,13 @@ from pyspark.sql.datasource import (
     LessThanOrEqual,
 )
 
+from jobs.connect import client_conf_path
 from ledger_client.errors import IncorrectParameterError
 
 ID_MAX = (1 << 63) - 1
 DECODES = ("none", "utf8", "json")
 ENTRIES_PER_PARTITION_DEFAULT = 100_000   # ~100 MiB of 1 KiB entries: near Spark's 128 MiB split size
 ZK_ENV = "SPARK_BOOKIE_ZK"
-CLIENT_CONF_ENV = "SPARK_BOOKIE_CLIENT_CONF"  # the client TOML of a secured cluster (docs/security.md)
 
 
 def _int_option(options: Mapping[str, str], name: str, default: int, minimum: int) -> int:
@@ -109,7 +109,7 @@ class SourceOptions:
             batch_entries=_int_option(options, "batch_entries", 16_384, 1),
             starting_offsets=starting,
             max_entries_per_trigger=_int_option(options, "max_entries_per_trigger", 0, 0),
-            client_conf=(options.get("client_conf") or env.get(CLIENT_CONF_ENV) or "").strip() or None,
+            client_conf=client_conf_path(options.get("client_conf"), env),
         )
 
     def payload_ddl(self) -> str:

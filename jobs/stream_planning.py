@@ -23,7 +23,8 @@ from dataclasses import dataclass, field, replace
 
 from pyspark.sql.datasource import EqualTo, Filter, In
 
-from jobs.source_options import CLIENT_CONF_ENV, DECODES, ZK_ENV, IdRange, _int_option, filter_column
+from jobs.connect import client_conf_path
+from jobs.source_options import DECODES, ZK_ENV, IdRange, _int_option, filter_column
 from ledger_client.errors import IncorrectParameterError
 from ledger_client.stream.dlsn import DLSN
 
@@ -114,7 +115,7 @@ class StreamSourceOptions:
             min_partitions=_int_option(options, "min_partitions", 1, 1),
             starting_offsets=starting, starting_dlsns=dlsns,
             max_records_per_trigger=_int_option(options, "max_records_per_trigger", 0, 0),
-            client_conf=(options.get("client_conf") or env.get(CLIENT_CONF_ENV) or "").strip() or None)
+            client_conf=client_conf_path(options.get("client_conf"), env))
 
     def payload_ddl(self) -> str:
         if self.decode == "utf8":

@@ -34,6 +34,8 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
 from pyspark.sql.types import BinaryType, IntegralType, StringType, StructType
 
+from jobs.connect import TASK_TIMEOUTS, client_conf_path
+from jobs.connect import connect as connect_cluster
 from ledger_client.errors import IncorrectParameterError
 from metadata.streams.linking import SparkBatch, TaskLedger
 
@@ -43,7 +45,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 ZK_ENV = "SPARK_BOOKIE_ZK"
-CLIENT_CONF_ENV = "SPARK_BOOKIE_CLIENT_CONF"
 QUERY_ID_PROPERTY = "sql.streaming.queryId"
 BATCH_ID_PROPERTY = "streaming.sql.batchId"
 
@@ -89,8 +90,7 @@ class SinkOptions:
                            lock_timeout_ms=_int(o, "lock_timeout_ms", 30_000, 0),
                            orphan_grace_ms=_int(o, "orphan_grace_ms", 3_600_000, 0),
                            orphan_sweep_every_batches=_int(o, "orphan_sweep_every_batches", 100, 1),
-                           write_id=write_id, client_conf=(o.get("client_conf") or env.get(CLIENT_CONF_ENV)
-                                                           or None))
+                           write_id=write_id, client_conf=client_conf_path(o.get("client_conf"), env))
 
 
 def _int(o: Mapping[str, str], name: str, default: int, minimum: int) -> int:
@@ -116,11 +116,7 @@ class SinkMessage(WriterCommitMessage):
 
 
 def connect(opts: SinkOptions) -> LedgerClient:
-    from ledger_client import ClientConfig, LedgerClient
-
-    timeouts: dict[str, Any] = {"zk_session_timeout_ms": 10_000, "operation_timeout_ms": 60_000}
-    config = ClientConfig.from_toml(opts.client_conf, **timeouts) if opts.client_conf else ClientConfig(**timeouts)
-    return LedgerClient(opts.zk, config=config)
+    return connect_cluster(opts.zk, opts.client_conf, **TASK_TIMEOUTS)
 
 
 # ---------------------------------------------------------------- executors

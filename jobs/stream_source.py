@@ -24,6 +24,8 @@ import pyarrow.compute as pc
 from pyspark.sql.datasource import DataSourceReader, Filter, InputPartition
 from pyspark.sql.types import StructType
 
+from .connect import TASK_TIMEOUTS
+from .connect import connect as connect_cluster
 from .stream_planning import (
     SegmentExtent,
     StreamPushdown,
@@ -62,13 +64,7 @@ class StreamPartition(InputPartition):
 
 
 def connect(opts: StreamSourceOptions) -> LedgerClient:
-    from ledger_client import ClientConfig, LedgerClient
-
-    if opts.client_conf:
-        config = ClientConfig.from_toml(opts.client_conf, zk_session_timeout_ms=10_000, operation_timeout_ms=60_000)
-    else:
-        config = ClientConfig(zk_session_timeout_ms=10_000, operation_timeout_ms=60_000)
-    return LedgerClient(opts.zk, config=config)
+    return connect_cluster(opts.zk, opts.client_conf, **TASK_TIMEOUTS)
 
 
 def resolve_streams(client: LedgerClient, opts: StreamSourceOptions, strict: bool) -> list[tuple[str, str]]:

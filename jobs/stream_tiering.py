@@ -41,6 +41,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from jobs.connect import connect
 from jobs.errors import BadArgumentError, ConcurrentCompactionError, TableMismatchError
 from jobs.stream_planning import matches, parse_stream_patterns
 from ledger_client.protocol.checks import invariant
@@ -73,6 +74,7 @@ class TieringConfig:
     file_bytes_max: int = 128 * 1024 * 1024   # a segment's rows roll into a new parquet file past this
     tasks_max: int = 64                       # Spark tasks that write files (at most)
     sealed_before_ms: int | None = None       # only segments sealed at or before this time (ms since epoch)
+    client_conf: str | None = None            # client TOML of a secured cluster (jobs/connect.py), on every executor
 
     def __post_init__(self) -> None:
         parse_stream_patterns(self.streams)
@@ -184,20 +186,21 @@ def write_segment_files(client: LedgerClient, table_path: str, t: SegmentTask, e
 
 
 def write_tasks(zk: str, table_path: str, tasks: Sequence[SegmentTask], entries_per_read: int,
-                file_bytes_max: int) -> list[TierFile]:
-    """Step 1 for a group of segments with one client (a Spark task, or this process)."""
-    from ledger_client import LedgerClient
-
-    client = LedgerClient(zk)
+                file_bytes_max: int, client_conf: str | None = None) -> list[TierFile]:
+    """Step 1 for a group of segments with one client (a Spark task, or this process); with the
+    credentials of the client TOML ``client_conf`` on a secured cluster."""
+    client = connect(zk, client_conf)
     try:
         return [f for t in tasks for f in write_segment_files(client, table_path, t, entries_per_read, file_bytes_max)]
     finally:
         client.close()
 
 
-def _spark_task(args: tuple[str, str, int, int], groups: Iterator[list[SegmentTask]]) -> Iterator[TierFile]:
+def _spark_task(args: tuple[str, str, int, int, str | None],
+                groups: Iterator[list[SegmentTask]]) -> Iterator[TierFile]:
+    zk, table_path, entries_per_read, file_bytes_max, client_conf = args
     for group in groups:
-        yield from write_tasks(args[0], args[1], group, args[2], args[3])
+        yield from write_tasks(zk, table_path, group, entries_per_read, file_bytes_max, client_conf)
 
 
 def write_files(cfg: TieringConfig, table_path: str, tasks: Sequence[SegmentTask], spark: Any) -> list[TierFile]:
@@ -207,7 +210,8 @@ def write_files(cfg: TieringConfig, table_path: str, tasks: Sequence[SegmentTask
     n = min(cfg.tasks_max, len(tasks))
     groups = [list(tasks[i::n]) for i in range(n)]
     spark.sparkContext.setJobDescription(f"tier {len(tasks)} stream segments into Delta")
-    task = functools.partial(_spark_task, (cfg.zk, table_path, cfg.entries_per_read, cfg.file_bytes_max))
+    task = functools.partial(_spark_task, (cfg.zk, table_path, cfg.entries_per_read, cfg.file_bytes_max,
+                                           cfg.client_conf))
     files: list[TierFile] = spark.sparkContext.parallelize(groups, n).mapPartitions(task).collect()
     return files
 
@@ -327,14 +331,12 @@ def tier_streams(cfg: TieringConfig, spark: Any = None, hook: Callable[[str], No
     that client (not closed here) instead of one of its own."""
     from deltalake import DeltaTable
 
-    from ledger_client import LedgerClient
-
     step = hook or (lambda _name: None)
     t0 = time.monotonic()
     path = str(Path(cfg.table_path).absolute())
     table = open_table(path)
     own = client is None
-    client = LedgerClient(cfg.zk) if client is None else client
+    client = connect(cfg.zk, cfg.client_conf) if client is None else client
     try:
         streams = resolve_streams(client, cfg.streams)
         spaces, tasks = scan(client, streams, cfg.sealed_before_ms)
@@ -371,7 +373,9 @@ def tier_streams(cfg: TieringConfig, spark: Any = None, hook: Callable[[str], No
 def tier_step(ns: Namespace, stream: str, now_ms: int | None = None) -> int:
     """recovery/stream_maintenance.py's TierStep: tier the segments of ``stream`` sealed more than
     the namespace's ``tier_after_ms`` ago into ``<tier_table>/<stream>``; how many were marked.
-    Does nothing (and touches no table) when the namespace does not tier or nothing is due."""
+    Does nothing (and touches no table) when the namespace does not tier or nothing is due.
+    Runs on the namespace's own client, so with its credentials: the auditor's, which the hosting
+    driver and `spark-bookie autorecovery --client-conf` give the client TOML of a secured cluster."""
     from metadata.streams.tiering import ledgers_to_release, tierable
 
     st = ns.settings

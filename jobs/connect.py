@@ -1,0 +1,48 @@
+"""How every job reaches the cluster: one client TOML for a secured one (DESIGN §4.8).
+
+The ``ledger`` source and sink (option ``client_conf``), compaction and tiering
+(``jobs/compact_to_delta.py --client-conf``) all take the path of a ``[client]`` TOML (``zk_auth``,
+``auth_token`` / ``auth_token_file``, ``tls_*``; docs/security.md), defaulting to
+``$SPARK_BOOKIE_CLIENT_CONF``; without either, the cluster is an open one. The path, not the
+settings, travels with the work to the executors (in options and settings objects), so it must be
+readable on every executor: it is made absolute where it is given.
+
+No pyspark here: compaction and tiering import this without Spark.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ledger_client import ClientConfig, LedgerClient
+
+CLIENT_CONF_ENV = "SPARK_BOOKIE_CLIENT_CONF"  # the client TOML of a secured cluster (docs/security.md)
+TASK_TIMEOUTS: dict[str, Any] = {"zk_session_timeout_ms": 10_000, "operation_timeout_ms": 60_000}
+"""The Spark source's and sink's clients: these timeouts, whatever the client TOML says."""
+
+
+def client_conf_path(given: str | None = None, env: Mapping[str, str] | None = None) -> str | None:
+    """The client TOML of a job: ``given`` (an option or ``--client-conf``) if not blank, else
+    $SPARK_BOOKIE_CLIENT_CONF, else None (an open cluster); absolute, for the executors."""
+    env = os.environ if env is None else env
+    path = (given or "").strip() or (env.get(CLIENT_CONF_ENV) or "").strip()
+    return os.path.abspath(path) if path else None
+
+
+def client_config(path: str | None, **overrides: Any) -> ClientConfig:
+    """The ``[client]`` table of ``path`` with ``overrides`` (defaults alone without a path);
+    IncorrectParameterError (a LedgerError) naming the file when it is unreadable or bad."""
+    from ledger_client import ClientConfig
+
+    return ClientConfig.from_toml(path, **overrides) if path else ClientConfig(**overrides)
+
+
+def connect(zk: str, client_conf: str | None, **overrides: Any) -> LedgerClient:
+    """A client of the cluster at ``zk`` with the credentials of ``client_conf`` (None: none).
+    Against a secured cluster without them: UnauthorizedAccessError (ZooKeeper's NoAuth)."""
+    from ledger_client import LedgerClient
+
+    return LedgerClient(zk, config=client_config(client_conf, **overrides))
