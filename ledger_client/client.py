@@ -215,6 +215,36 @@ class LedgerClient:
         if self.metrics is not None:
             self.metrics.deletes.inc()
 
+    def confirm_admin(self) -> None:
+        """Have a bookie confirm that this client's token carries the `admin` role, before an
+        operation only admins may run (the shell's deleteledger, recover, decommission, ...).
+        UnauthorizedAccessError when it does not (or the token is missing or invalid);
+        BookieUnavailableError when no bookie answered. An open cluster has no roles: bookies
+        without token checks confirm anyone, and when none answers, a client holding no token
+        goes ahead unless a registered bookie says it checks tokens."""
+        self._check_open()
+        bookies = self.registry.writable_ids() + self.registry.readonly_ids()
+        failures: list[str] = []
+        for b in bookies:
+            try:
+                self.pool.get(b).confirm_role("admin")
+                return
+            except errors.UnauthorizedAccessError:
+                raise
+            except errors.LedgerError as e:
+                failures.append(str(e))
+        cfg = self.config
+        if not (cfg.auth_token or cfg.auth_token_file) and not any(self._checks_tokens(b) for b in bookies):
+            return
+        why = "; ".join(failures[:3]) if failures else "no bookie is registered"
+        raise errors.BookieUnavailableError(f"cannot confirm the admin role: no bookie answered ({why})")
+
+    def _checks_tokens(self, bookie_id: str) -> bool:
+        try:
+            return self.store.bookie_info(bookie_id).get("auth") == "token"
+        except MetadataError:
+            return True   # cannot tell: assume it does
+
     def list_ledgers(self) -> Iterator[int]:
         with metadata_errors("list ledgers"):
             ids = self.store.list_ledgers()

@@ -570,6 +570,15 @@ class BookieClient:
     def info(self) -> pb.BookieInfoResponse:
         return self._call(self._stub.GetBookieInfo, pb.BookieInfoRequest())
 
+    def confirm_role(self, role: str) -> None:
+        """Have the bookie check that our token has `role` (UnauthorizedAccessError when not; a
+        bookie without token checks confirms any caller: an open cluster has no roles)."""
+        try:
+            self._stub.GetBookieInfo(pb.BookieInfoRequest(), timeout=self._timeout_s,
+                                     metadata=self._creds.role_metadata(role))
+        except grpc.RpcError as e:
+            raise self.error_of(e) from e
+
     def close(self) -> None:
         with self._lock:
             self._closed = True

@@ -23,6 +23,7 @@ from ..config import ClientConfig
 
 TOKEN_FILE_CHECK_S = 1.0
 METADATA_KEY = "authorization"
+ROLE_KEY = "x-spark-bookie-role"   # spark_bookie.server.auth.ROLE_KEY: the bookie checks the role asked
 
 
 @dataclass
@@ -69,6 +70,10 @@ class Credentials:
         """Metadata for a gRPC call: the token as a bearer credential, or None."""
         token = self.token()
         return ((METADATA_KEY, "Bearer " + token),) if token else None
+
+    def role_metadata(self, role: str) -> tuple[tuple[str, str], ...]:
+        """Metadata of a call the bookie must serve only for a token of `role`."""
+        return (*(self.grpc_metadata() or ()), (ROLE_KEY, role))
 
     def channel_credentials(self) -> grpc.ChannelCredentials:
         """gRPC TLS credentials (the files are read once per client; IncorrectParameterError when

@@ -243,16 +243,26 @@ def _ledger_id(text: str) -> int:
     return value
 
 
+AdminRule = bool | Callable[[argparse.Namespace], bool]
+
+
 def _command(sub: Any, name: str, func: ShellFunc, help_text: str, *, json_flag: bool = False,
-             ) -> argparse.ArgumentParser:
+             admin: AdminRule = False) -> argparse.ArgumentParser:
     """One shell command's parser. `--zk` is accepted here too (SUPPRESS, so an absent flag does
-    not overwrite one given before the command name)."""
+    not overwrite one given before the command name). `admin`: the command deletes or changes
+    what others rely on, so a bookie must confirm the caller's admin role first (a predicate of
+    the arguments when only some uses change things)."""
     p: argparse.ArgumentParser = sub.add_parser(name, help=help_text, description=help_text)
     p.add_argument("--zk", default=argparse.SUPPRESS, help="ZooKeeper connect string")
     if json_flag:
         p.add_argument("--json", action="store_true", help="print JSON instead of text")
-    p.set_defaults(shell_func=func, json=False)
+    p.set_defaults(shell_func=func, json=False, admin_required=admin)
     return p
+
+
+def needs_admin(args: argparse.Namespace) -> bool:
+    rule: AdminRule = getattr(args, "admin_required", False)
+    return rule(args) if callable(rule) else bool(rule)
 
 
 def add_shell_parser(p: argparse.ArgumentParser, zk_default: str) -> None:
@@ -268,7 +278,7 @@ def add_shell_parser(p: argparse.ArgumentParser, zk_default: str) -> None:
     c = _command(sub, "ledgermetadata", cmd_ledgermetadata, "show one ledger's metadata", json_flag=True)
     c.add_argument("ledger_id", type=_ledger_id, metavar="ID")
     c = _command(sub, "readledger", cmd_readledger, "print a ledger's entries (up to its LAC)",
-                 json_flag=True)
+                 json_flag=True, admin=lambda a: a.recover)
     c.add_argument("ledger_id", type=_ledger_id, metavar="ID")
     c.add_argument("--from", dest="first", type=int, default=0, metavar="A", help="first entry (default 0)")
     c.add_argument("--to", dest="last", type=int, default=None, metavar="B",
@@ -283,15 +293,15 @@ def add_shell_parser(p: argparse.ArgumentParser, zk_default: str) -> None:
     c.add_argument("--ack-quorum", type=int, default=2, metavar="Qa")
     c.add_argument("--entries", type=int, default=1000, metavar="N")
     c.add_argument("--entry-size", type=int, default=1024, metavar="BYTES")
-    c = _command(sub, "deleteledger", cmd_deleteledger, "delete one ledger")
+    c = _command(sub, "deleteledger", cmd_deleteledger, "delete one ledger", admin=True)
     c.add_argument("ledger_id", type=_ledger_id, metavar="ID")
     from spark_bookie.cli.autorecovery import add_drain_arguments, cmd_decommission, cmd_recover
 
     c = _command(sub, "recover", cmd_recover, "re-replicate a dead bookie's ledgers now and wait",
-                 json_flag=True)
+                 json_flag=True, admin=True)
     add_drain_arguments(c, force=True)
     c = _command(sub, "decommission", cmd_decommission,
-                 "move every ledger off a bookie, then delete its cookie", json_flag=True)
+                 "move every ledger off a bookie, then delete its cookie", json_flag=True, admin=True)
     add_drain_arguments(c, force=False)
     _command(sub, "secure-metadata", cmd_secure_metadata,
              "put the --client-conf's zk_auth digest ACL on the root and every node under it")
@@ -332,6 +342,8 @@ def run_shell(args: argparse.Namespace) -> int:
         config = client_config(getattr(args, "client_conf", None), zk_connect_timeout_ms=ZK_CONNECT_TIMEOUT_MS,
                                zk_session_timeout_ms=ZK_SESSION_TIMEOUT_MS)
         with LedgerClient(args.zk, config=config) as client:
+            if needs_admin(args):
+                client.confirm_admin()
             return func(client, args)
     except (errors.LedgerError, MetadataError, ShellError, TimeoutError) as e:
         return _fail(str(e) or type(e).__name__)

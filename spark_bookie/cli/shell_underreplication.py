@@ -61,15 +61,17 @@ def _seconds(text: str) -> int:
 
 
 def add_underreplication_commands(sub: Any, command: AddCommand) -> None:
-    """Register the commands with the shell's ``_command(sub, name, func, help, json_flag=)``."""
+    """Register the commands with the shell's ``_command(sub, name, func, help, json_flag=, admin=)``."""
     command(sub, "listunderreplicated", cmd_listunderreplicated,
             "list the ledgers waiting for re-replication", json_flag=True)
     command(sub, "whoisauditor", cmd_whoisauditor, "print the id of the current auditor")
     c = command(sub, "autorecovery", cmd_autorecovery,
-                "enable or disable re-replication cluster-wide (no flag: print the state)")
+                "enable or disable re-replication cluster-wide (no flag: print the state)",
+                admin=lambda a: a.enable or a.disable)
     switch = c.add_mutually_exclusive_group()
     switch.add_argument("--enable", action="store_true", help="let replication workers take ledgers")
     switch.add_argument("--disable", action="store_true", help="stop workers from taking ledgers")
     c = command(sub, "lostbookierecoverydelay", cmd_lostbookierecoverydelay,
-                "print (or --set) the seconds the auditor waits before re-replicating a lost bookie")
+                "print (or --set) the seconds the auditor waits before re-replicating a lost bookie",
+                admin=lambda a: a.set is not None)
     c.add_argument("--set", type=_seconds, default=None, metavar="SECONDS")

@@ -14,7 +14,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from spark_bookie.cli.common import zk_default
-from spark_bookie.cli.shell import ShellFunc, render_bytes, run_shell
+from spark_bookie.cli.shell import AdminRule, ShellFunc, render_bytes, run_shell
 
 if TYPE_CHECKING:
     from ledger_client import LedgerClient, LogRecord, Namespace
@@ -192,10 +192,11 @@ def add_stream_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("--zk", default=zk_default(), help="ZooKeeper connect string (default $SPARK_BOOKIE_ZK)")
     sub = p.add_subparsers(dest="stream_command", required=True, metavar="CMD")
 
-    def command(name: str, func: ShellFunc, help_text: str) -> argparse.ArgumentParser:
+    def command(name: str, func: ShellFunc, help_text: str, admin: AdminRule = False) -> argparse.ArgumentParser:
+        """`admin`: it deletes data, so a bookie confirms the caller's admin role first (see shell)."""
         c = sub.add_parser(name, help=help_text)
         c.add_argument("--json", action="store_true", help="structured output")
-        c.set_defaults(shell_func=func)
+        c.set_defaults(shell_func=func, admin_required=admin)
         return c
 
     command("namespaces", cmd_namespaces, "list namespaces (--json: with their settings)")
@@ -211,16 +212,18 @@ def add_stream_parser(p: argparse.ArgumentParser) -> None:
     c.add_argument("--retention-bytes", type=int, metavar="BYTES")
     c.add_argument("--tier-after-ms", type=int, metavar="MS", help="tier sealed segments into Delta past this age")
     c.add_argument("--tier-table", metavar="PATH", help="... into <PATH>/<stream>")
-    c = command("delete-namespace", cmd_delete_namespace, "delete a namespace (--force: and its streams)")
+    c = command("delete-namespace", cmd_delete_namespace, "delete a namespace (--force: and its streams)",
+                admin=True)
     c.add_argument("namespace")
     c.add_argument("--force", action="store_true")
     c = command("list", cmd_list, "streams of a namespace")
     c.add_argument("namespace")
     c.add_argument("--prefix", default="")
-    for name, func, help_text in (("info", cmd_info, "segments, DLSN and txid ranges, counts, state"),
-                                  ("delete", cmd_delete, "delete a stream and its ledgers"),
-                                  ("retention", cmd_retention, "apply the namespace's retention now")):
-        c = command(name, func, help_text)
+    for name, func, help_text, admin in (
+            ("info", cmd_info, "segments, DLSN and txid ranges, counts, state", False),
+            ("delete", cmd_delete, "delete a stream and its ledgers", True),
+            ("retention", cmd_retention, "apply the namespace's retention now", True)):
+        c = command(name, func, help_text, admin)
         c.add_argument("stream", type=_split, metavar="NS/S")
     c = command("write", cmd_write, "write one record per stdin line")
     c.add_argument("stream", type=_split, metavar="NS/S")
@@ -231,12 +234,12 @@ def add_stream_parser(p: argparse.ArgumentParser) -> None:
     c.add_argument("--from-txid", type=int, metavar="N", help="start at the first record with txid >= N")
     c.add_argument("-n", "--count", type=int, help="stop after N records")
     c.add_argument("--no-follow", action="store_true", help="stop when no record arrives for a second")
-    c = command("gc", cmd_gc, "delete orphaned Spark task ledgers of a stream")
+    c = command("gc", cmd_gc, "delete orphaned Spark task ledgers of a stream", admin=lambda a: not a.dry_run)
     c.add_argument("stream", type=_split, metavar="NS/S")
     c.add_argument("--older-than-ms", type=int, default=3_600_000, metavar="MS",
                    help="only ledgers at least this old (default: an hour; a running job's are younger)")
     c.add_argument("--dry-run", action="store_true", help="list them, delete nothing")
-    c = command("truncate", cmd_truncate, "drop every record before DLSN")
+    c = command("truncate", cmd_truncate, "drop every record before DLSN", admin=True)
     c.add_argument("stream", type=_split, metavar="NS/S")
     c.add_argument("dlsn", metavar="DLSN")
     c.add_argument("--lock-timeout-ms", type=int, default=30_000)

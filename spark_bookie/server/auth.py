@@ -33,6 +33,9 @@ ROLES = ("client", "admin")
 ALGORITHMS = ("HS256", "RS256")
 CACHE_ENTRIES_MAX = 4096
 METADATA_KEY = "authorization"   # gRPC metadata key of the token (lower case, as gRPC wants)
+# A call carrying this key with value "admin" is served only for an admin token: how the shell's
+# destructive commands have a bookie confirm their caller's role before they act (docs/security.md).
+ROLE_KEY = "x-spark-bookie-role"
 BEARER = "Bearer "
 
 
@@ -152,25 +155,28 @@ class TokenInterceptor(grpc.aio.ServerInterceptor):
     async def intercept_service(self, continuation: Callable[[Any], Awaitable[Any]],
                                 handler_call_details: Any) -> Any:
         handler = await continuation(handler_call_details)
-        token = None
+        token, admin = None, False
         for key, value in handler_call_details.invocation_metadata or ():
             if key == METADATA_KEY:
                 token = bearer_token(value)
+            elif key == ROLE_KEY:
+                admin = value == "admin"
         try:
-            self._verifier.verify(token)
+            self._verifier.verify(token, admin=admin)
             return handler
         except AuthError as e:
             now = time.monotonic()
             if now - self._last_log_s >= 1.0:
                 self._last_log_s = now
                 log.warning("refused %s: %s", handler_call_details.method, e)
-            return _denied(handler, str(e))
+            code = grpc.StatusCode.PERMISSION_DENIED if isinstance(e, RoleError) else grpc.StatusCode.UNAUTHENTICATED
+            return _denied(handler, str(e), code)
 
 
-def _denied(handler: Any, detail: str) -> Any:
-    """A handler of the same kind as `handler` that only aborts with UNAUTHENTICATED."""
+def _denied(handler: Any, detail: str, code: grpc.StatusCode = grpc.StatusCode.UNAUTHENTICATED) -> Any:
+    """A handler of the same kind as `handler` that only aborts with `code`."""
     async def deny(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
-        await context.abort(grpc.StatusCode.UNAUTHENTICATED, detail)
+        await context.abort(code, detail)
 
     if handler is None:
         return None

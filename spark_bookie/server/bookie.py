@@ -289,8 +289,11 @@ class Bookie:
     # ------------------------------------------------------------------ registration
 
     def _registration_data(self) -> bytes:
+        # "auth": clients learn that this cluster checks tokens even when they cannot reach the
+        # bookie (LedgerClient.confirm_admin must then not take silence for an open cluster).
         return json.dumps({"id": self.bookie_id, "address": self.address, "add_port": self.add_port,
-                           "network_location": self.config.network_location}).encode()
+                           "network_location": self.config.network_location,
+                           "auth": "token" if self.config.auth_enabled else "none"}).encode()
 
     def _register(self, read_only: bool) -> None:
         with self._reg_lock:

@@ -80,6 +80,47 @@ def test_shell_with_client_conf_on_a_cluster_secured_in_place(cluster_factory, t
         assert list(c.list_ledgers())
 
 
+def test_destructive_shell_commands_need_a_token_a_bookie_confirms_as_admin(cluster_factory, tmp_path):
+    """A client-role token reads and writes, but deleteledger, recover, decommission, the
+    autorecovery switches and the stream deletions are refused before they touch anything; the
+    admin token runs them. An open cluster has no roles: the same commands run without a token."""
+    sb, admin_conf = _secured(cluster_factory, tmp_path, 2)
+    zk = sb.connect_string
+    client_conf = _write_client_conf(tmp_path / "app.toml", zk_auth=ZK_AUTH,
+                                     auth_token=mint_token(SECRET, "app", "client", ttl_s=3600))
+    with LedgerClient(zk, config=ClientConfig.from_toml(client_conf)) as c:
+        lid, _ = write_ledger(c, 5, close=True, e=1, qw=1, qa=1)
+        c.create_namespace("ns").open_writer("s").close()
+    bookie = sb.bookies[0].bookie_id
+    refused = [("shell", "--zk", zk, "deleteledger", str(lid)),
+               ("shell", "--zk", zk, "readledger", str(lid), "--recover"),
+               ("shell", "--zk", zk, "recover", bookie),
+               ("shell", "--zk", zk, "decommission", bookie),
+               ("shell", "--zk", zk, "autorecovery", "--disable"),
+               ("shell", "--zk", zk, "lostbookierecoverydelay", "--set", "5"),
+               ("stream", "--zk", zk, "delete", "ns/s"),
+               ("stream", "--zk", zk, "delete-namespace", "ns", "--force")]
+    for args in refused:
+        done = _cli(*args, client_conf=client_conf)
+        assert done.returncode == 2, (args, done.stdout, done.stderr)
+        assert "PERMISSION_DENIED" in done.stderr and "'admin'" in done.stderr, (args, done.stderr)
+    for args in (("shell", "--zk", zk, "readledger", str(lid)), ("shell", "--zk", zk, "autorecovery"),
+                 ("stream", "--zk", zk, "info", "ns/s")):   # reading needs no admin
+        done = _cli(*args, client_conf=client_conf)
+        assert done.returncode == 0, (args, done.stderr)
+    with LedgerClient(zk, config=ClientConfig.from_toml(admin_conf)) as c:
+        assert lid in set(c.list_ledgers())                # nothing was deleted
+        assert c.store.is_replication_enabled()
+        assert c.namespace("ns").list_streams() == ["s"]
+    done = _cli("shell", "--zk", zk, "deleteledger", str(lid), client_conf=admin_conf)
+    assert done.returncode == 0, done.stderr
+    done = _cli("stream", "--zk", zk, "delete-namespace", "ns", "--force", client_conf=admin_conf)
+    assert done.returncode == 0, done.stderr
+    with LedgerClient(zk, config=ClientConfig.from_toml(admin_conf)) as c:
+        assert lid not in set(c.list_ledgers())
+        assert "ns" not in c.list_namespaces()
+
+
 def test_bookies_autorecovery_rereplicates_with_the_client_conf_credentials(cluster_factory, tmp_path):
     ar_conf = write_autorecovery_conf(tmp_path / "autorecovery.toml")
     sb, conf = _secured(cluster_factory, tmp_path, 3, autorecovery_enabled=True, autorecovery_conf=str(ar_conf))
