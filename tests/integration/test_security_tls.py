@@ -93,6 +93,8 @@ def test_mtls_with_token_writes_and_reads_and_everyone_else_is_refused(cluster_f
         err = _refused(zk, cfg, good)
         print(what, "->", type(err).__name__, err)
         assert isinstance(err, errors.UnauthorizedAccessError), (what, err)
+        with LedgerClient(zk, config=cfg) as c, pytest.raises(errors.UnauthorizedAccessError):
+            c.open_ledger(lid, password=PW, recovery=False).read(0, 9)   # nor read
     no_token = _config(auth_token=None, tls_ca_path=str(pki["ca"]), tls_cert_path=str(pki["client"]),
                        tls_key_path=str(pki["client_key"]))
     assert isinstance(_refused(zk, no_token, good), errors.UnauthorizedAccessError)
