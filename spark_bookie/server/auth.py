@@ -118,6 +118,8 @@ class TokenVerifier:
             raise AuthError("auth token expired") from e
         except jwt.InvalidTokenError as e:
             raise AuthError(f"auth token refused: {type(e).__name__}: {e}") from e
+        except (UnicodeError, ValueError, TypeError) as e:   # PyJWT lets a lone surrogate through as these
+            raise AuthError(f"auth token refused: not a token ({type(e).__name__})") from e
         role = claims.get("role", "client")
         if role not in ROLES:
             raise AuthError(f"auth token of {claims['sub']!r} has unknown role {role!r} (not one of {ROLES})")

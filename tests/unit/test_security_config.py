@@ -38,7 +38,8 @@ def test_hs256_roles_expiry_and_leeway():
     for bad in (None, "", "x.y.z", jwt.encode({"sub": "x"}, SECRET, algorithm="HS256"),          # no exp
                 jwt.encode({"exp": int(time.time()) + 60}, SECRET, algorithm="HS256"),            # no sub
                 jwt.encode({"sub": "x", "exp": int(time.time()) + 60}, SECRET, algorithm="HS384"),  # other alg
-                jwt.encode({"sub": "x", "role": "root", "exp": int(time.time()) + 60}, SECRET, algorithm="HS256")):
+                jwt.encode({"sub": "x", "role": "root", "exp": int(time.time()) + 60}, SECRET, algorithm="HS256"),
+                mint_token(SECRET, "app", "client")[:-1] + "\ud800"):   # a lone surrogate (found by the fuzzer)
         with pytest.raises(AuthError):
             v.verify(bad)
 
