@@ -26,10 +26,17 @@ def add_cluster_parser(p: argparse.ArgumentParser, zk_default: str) -> None:
 
 
 def run_cluster(args: argparse.Namespace) -> int:
+    from ledger_client.errors import LedgerError
     from metadata import connect as connect_md
+    from spark_bookie.cli.common import client_config
 
+    try:   # a secured cluster's ZooKeeper credentials: the zk_auth of --client-conf
+        zk_auth = client_config(getattr(args, "client_conf", None)).zk_auth
+    except LedgerError as e:
+        print(f"spark-bookie: error: {e}", file=sys.stderr)
+        return 2
     try:
-        store = connect_md(args.zk)
+        store = connect_md(args.zk, zk_auth=zk_auth)
     except MetadataError as e:
         print(f"spark-bookie: error: cannot reach ZooKeeper at {args.zk}: {e}", file=sys.stderr)
         return 2
@@ -111,13 +118,24 @@ def _bookie_http_state(slot: dict[str, object]) -> dict[str, object] | None:
     return {"url": url, **state}
 
 
-def run_spark_sandbox(root: str, bookies: int, zk_port: int | None, wait: Callable[[], object]) -> int:
-    """`spark-bookie sandbox --spark`: ZooKeeper + this application on local-cluster[N,1,1024]."""
+def run_spark_sandbox(root: str, bookies: int, zk_port: int | None, wait: Callable[[], object],
+                      secure: bool = False) -> int:
+    """`spark-bookie sandbox --spark`: ZooKeeper + this application on local-cluster[N,1,1024].
+    With ``secure`` (`--secure`), the executors' bookies run with mTLS, tokens and zk_auth, and the
+    client config that gets in is printed (spark_bookie/local/secure.py)."""
     from spark_bookie.local.sandbox import SparkSandbox
 
-    with SparkSandbox(root, bookies, zk_port=zk_port) as sb:
-        print(f"sandbox up (Spark local-cluster[{bookies},1,1024]): ZooKeeper at {sb.connect_string}, "
-              f"bookies {', '.join(sb.bookie_ids)}; driver log {sb.driver_log}", flush=True)
+    files = None
+    if secure:
+        from spark_bookie.local.secure import sandbox_secure_files
+
+        files = sandbox_secure_files(root)
+    settings = files.bookie_settings() if files is not None else None
+    with SparkSandbox(root, bookies, zk_port=zk_port, bookie_settings=settings) as sb:
+        print(f"sandbox up (Spark local-cluster[{bookies},1,1024]{', secure' if files else ''}): ZooKeeper at "
+              f"{sb.connect_string}, bookies {', '.join(sb.bookie_ids)}; driver log {sb.driver_log}", flush=True)
+        if files is not None:
+            files.announce()
         print(f"export SPARK_BOOKIE_ZK={sb.connect_string}", flush=True)
         print("press Ctrl-C to stop", flush=True)
         wait()

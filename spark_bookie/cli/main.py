@@ -104,36 +104,32 @@ def cmd_bookie(args: argparse.Namespace) -> int:
 def cmd_sandbox(args: argparse.Namespace) -> int:
     from spark_bookie.local.sandbox import Sandbox
 
-    root = args.root or os.path.join(os.getcwd(), ".sandbox")
+    root = os.path.abspath(args.root or os.path.join(os.getcwd(), ".sandbox"))
     if args.hosts:
+        if args.secure:
+            return fail("--secure does not combine with --hosts yet")
         from spark_bookie.local.multihost import run_hosts_sandbox
 
         return run_hosts_sandbox(root, args.hosts, wait_for_signal)
-    if args.secure and (args.spark or args.demo):
-        return fail("--secure does not combine with --spark or --demo yet")
     if args.spark:
         if args.demo:
             from spark_bookie.local.spark_demo import run_spark_demo
 
-            return run_spark_demo(root, args.bookies, args.zk_port)
+            return run_spark_demo(root, args.bookies, args.zk_port, secure=args.secure)
         from spark_bookie.cli.cluster import run_spark_sandbox
 
-        return run_spark_sandbox(root, args.bookies, args.zk_port, wait_for_signal)
-    settings: dict[str, object] = {}
-    client_conf = None
+        return run_spark_sandbox(root, args.bookies, args.zk_port, wait_for_signal, secure=args.secure)
+    files = None
     if args.secure:
-        from pathlib import Path
+        from spark_bookie.local.secure import sandbox_secure_files
 
-        from spark_bookie.local.secure import make_secure_files
-
-        files = make_secure_files(Path(root) / "secure")
-        settings, client_conf = files.bookie_settings(), files.client_conf_path
+        files = sandbox_secure_files(root)
+    settings = files.bookie_settings() if files is not None else {}
     with Sandbox(root, args.bookies, zk_port=args.zk_port, http=args.http, bookie_settings=settings) as sb:
         print(f"sandbox up: ZooKeeper at {sb.connect_string}, bookies "
               f"{', '.join(b.bookie_id for b in sb.bookies)}", flush=True)
-        if client_conf is not None:
-            print(f"client config: {client_conf}", flush=True)
-            print(f"export SPARK_BOOKIE_CLIENT_CONF={client_conf}", flush=True)
+        if files is not None:
+            files.announce()
         for b in sb.bookies:
             if b.http_url:
                 print(f"bookie {b.bookie_id} http admin on {b.http_url} (/metrics, /api/v1/)", flush=True)
@@ -141,7 +137,7 @@ def cmd_sandbox(args: argparse.Namespace) -> int:
         if args.demo:
             from spark_bookie.local.demo import round_trip
 
-            return round_trip(sb)
+            return round_trip(sb, client_conf=files.client_conf_path if files is not None else None)
         print("press Ctrl-C to stop", flush=True)
         wait_for_signal()
     return 0
@@ -227,7 +223,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="host the bookies in Spark executors (jobs/bookie_cluster.py on local-cluster[N,1,1024])")
     p.add_argument("--secure", action="store_true",
                    help="TLS with client certificates, token authentication and ZooKeeper ACLs, with a fresh CA; "
-                        "prints the client config to use (docs/security.md)")
+                        "prints the client config to use (docs/security.md); with --spark, for the executors' "
+                        "bookies; with --demo, the demo uses it")
     p.add_argument("--http", action="store_true", help="every bookie serves /metrics and the admin API on a port "
                    "of its own (printed)")
     p.add_argument("--hosts", type=int, default=0, help="N hosts (network namespaces as root, else loopback "

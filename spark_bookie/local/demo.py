@@ -10,12 +10,16 @@ Stream: a writer appends records to a stream that rolls into several segments wh
 tails it; the writer's client then dies without closing; a second writer takes the stream over
 (recovering and sealing the first one's segment with fencing) and goes on; the reader sees every
 acknowledged record once, in order, and the stream's segments are printed.
+
+On a secured sandbox (`sandbox --secure --demo`) every client of the demo presents the sandbox's
+client config (``client_conf``: TLS with a client certificate, the token, zk_auth).
 """
 
 from __future__ import annotations
 
 import time
 from concurrent.futures import Future
+from pathlib import Path
 
 from ledger_client import ClientConfig, LedgerClient, LogRecord, errors
 from spark_bookie.local.sandbox import Sandbox
@@ -27,8 +31,15 @@ def _payload(i: int) -> bytes:
     return f"entry {i:05d} of the spark-bookie demo ".encode() * 16
 
 
-def round_trip(sb: Sandbox, entries: int = ENTRIES) -> int:
-    cfg = ClientConfig(add_timeout_ms=5_000)
+def _config(client_conf: str | Path | None) -> ClientConfig:
+    """The demo's client settings, with the credentials of ``client_conf`` on a secured sandbox."""
+    if client_conf is not None:
+        return ClientConfig.from_toml(client_conf, add_timeout_ms=5_000)
+    return ClientConfig(add_timeout_ms=5_000)
+
+
+def round_trip(sb: Sandbox, entries: int = ENTRIES, client_conf: str | Path | None = None) -> int:
+    cfg = _config(client_conf)
     with LedgerClient(sb.connect_string, config=cfg) as writer_client:
         w = writer_client.create_ledger(3, 3, 2, password=b"demo", custom_metadata={"demo": b"yes"})
         print(f"created ledger {w.ledger_id} on {w.metadata.ensembles[0]} (E3/Qw3/Qa2)")
@@ -65,14 +76,14 @@ def round_trip(sb: Sandbox, entries: int = ENTRIES) -> int:
             print("fragments (first entry: bookies):")
             for first, bookies in sorted(r.metadata.ensembles.items()):
                 print(f"  {first}: {bookies}")
-    if stream_round_trip(sb) != 0:
+    if stream_round_trip(sb, client_conf=client_conf) != 0:
         return 1
     print("demo OK")
     return 0
 
 
-def stream_round_trip(sb: Sandbox, records: int = 3_000) -> int:
-    cfg = ClientConfig(add_timeout_ms=5_000)
+def stream_round_trip(sb: Sandbox, records: int = 3_000, client_conf: str | Path | None = None) -> int:
+    cfg = _config(client_conf)
     with LedgerClient(sb.connect_string, config=cfg) as admin:
         ns = admin.create_namespace("demo", segment_rolling_bytes=256 << 10, output_buffer_bytes=16 << 10)
         first = LedgerClient(sb.connect_string, config=cfg)

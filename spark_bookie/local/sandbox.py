@@ -230,13 +230,18 @@ class SparkSandbox:
 
     The driver runs as a child process in its own session (so Ctrl-C reaches only us and we stop it
     gracefully, through the stop request in ZooKeeper); its log is ``<root>/driver.log``.
+
+    ``bookie_settings`` go to every executor's bookie as the job's ``--bookie-conf``
+    (``<root>/bookie.toml``); a secured sandbox's (``SecureSandboxFiles.bookie_settings()``: mTLS,
+    tokens, zk_auth, the client_conf of the replication workers and the auditor) also make the
+    ZooKeeper layout, and this object's own session, carry the ACL of their zk_auth.
     """
 
     def __init__(self, root: str | Path, bookies: int = 3, *, zk_port: int | None = None,
                  zk_connect: str | None = None, master: str | None = None, python: str = sys.executable,
                  extra_args: list[str] | tuple[str, ...] = (), env: dict[str, str] | None = None,
                  start_timeout_s: float = 300.0, submit_conf: dict[str, str] | None = None,
-                 script: Path | None = None) -> None:
+                 script: Path | None = None, bookie_settings: dict[str, Any] | None = None) -> None:
         """With ``submit_conf`` (possibly empty), the driver is launched the documented way, by
         ``spark-submit --master M --conf k=v ... jobs/bookie_cluster.py`` (the spark-submit beside
         ``python``); without, as ``python jobs/bookie_cluster.py --master M``."""
@@ -253,6 +258,7 @@ class SparkSandbox:
         self.extra_args = list(extra_args)
         self.env = dict(env or {})
         self.start_timeout_s = start_timeout_s
+        self.settings = dict(bookie_settings or {})
         self.base_port = 0
         self.name = "bookie-cluster"
         self.proc: subprocess.Popen[bytes] | None = None
@@ -276,6 +282,8 @@ class SparkSandbox:
         script = self.script or Path(launch.__file__)
         args = ["--zk", self.connect_string, "--bookies", str(self.bookies), "--data-root", str(self.root / "data"),
                 "--base-port", str(self.base_port), *self.extra_args]
+        if self.settings:
+            args += ["--bookie-conf", str(self._write_bookie_conf())]
         if self.submit_conf is None:
             return [self.python, str(script), *args, "--master", self.master, "--conf", "spark.ui.enabled=false"]
         conf = {"spark.ui.enabled": "false", **self.submit_conf}
@@ -283,11 +291,19 @@ class SparkSandbox:
         submit = str(Path(self.python).parent / "spark-submit")
         return [submit, "--master", self.master, *confs, str(script), *args]
 
+    def _write_bookie_conf(self) -> Path:
+        """``<root>/bookie.toml``, private (a secured sandbox's holds its ZooKeeper credentials)."""
+        path = self.root / "bookie.toml"
+        self.root.mkdir(parents=True, exist_ok=True)
+        path.touch(mode=0o600)
+        path.chmod(0o600)
+        return write_conf(path, self.settings)
+
     def start(self) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
         if self.zk is not None:
             self.zk.start()
-        self.store = connect_metadata(self.connect_string)
+        self.store = connect_metadata(self.connect_string, zk_auth=self.settings.get("zk_auth") or None)
         self.store.init_cluster()
         self.base_port = free_port_range(self.bookies)
         env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": self.python,

@@ -39,6 +39,11 @@ class SecureSandboxFiles:
                 "tls_key_path": str(self.bookie_key_path), "tls_trust_store_path": str(self.ca_path),
                 "tls_client_authentication": True, "client_conf": str(self.client_conf_path)}
 
+    def announce(self) -> None:
+        """The lines a secured sandbox prints beside its connect string."""
+        print(f"client config: {self.client_conf_path}", flush=True)
+        print(f"export SPARK_BOOKIE_CLIENT_CONF={self.client_conf_path}", flush=True)
+
 
 def make_secure_files(directory: Path, subject: str = "sandbox-admin") -> SecureSandboxFiles:
     """Write a fresh CA, certificates, token and client TOML under `directory` (private files 0600)."""
@@ -62,6 +67,13 @@ def make_secure_files(directory: Path, subject: str = "sandbox-admin") -> Secure
     conf_path = _private(directory / "client.toml", conf.encode())
     return SecureSandboxFiles(directory, ca_path, bookie.cert_path, bookie.key_path, client.cert_path,
                               client.key_path, secret_path, token_path, conf_path, zk_auth)
+
+
+def sandbox_secure_files(root: str | Path) -> SecureSandboxFiles:
+    """`sandbox --secure`'s files, fresh, under ``<root>/secure`` with absolute paths: the client
+    TOML and the bookie settings name them, and executors and shells in other working directories
+    read them."""
+    return make_secure_files(Path(root).absolute() / "secure")
 
 
 def _private(path: Path, data: bytes) -> Path:

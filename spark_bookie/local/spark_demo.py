@@ -14,6 +14,11 @@
    the Delta table itself.
 Each step prints its result; the last line is ``demo OK`` only if every check held: every event
 acknowledged to the writer is read back once, and every one has its result exactly once.
+
+With ``secure`` (`sandbox --spark --demo --secure`) the executors' bookies run with mTLS, tokens
+and ZooKeeper ACLs (spark_bookie/local/secure.py), and everything of the demo presents the
+sandbox's client config: the Python app's client, the query's source and sink (option
+``client_conf``), the tiering job (``--client-conf``) and the SQL read.
 """
 
 from __future__ import annotations
@@ -127,11 +132,17 @@ def _spark_session(workdir: Path) -> Any:
             .config("spark.driver.memory", "1g").getOrCreate())
 
 
-def _start_query(spark: Any, zk: str, workdir: Path) -> Any:
-    events = (spark.readStream.format("ledger").option("zk", zk).option("streams", "demo/events")
+def _ledger(rw: Any, zk: str, client_conf: str | None) -> Any:
+    """``rw.format("ledger")`` with the cluster's options: zk, and client_conf when secured."""
+    rw = rw.format("ledger").option("zk", zk)
+    return rw.option("client_conf", client_conf) if client_conf else rw
+
+
+def _start_query(spark: Any, zk: str, workdir: Path, client_conf: str | None) -> Any:
+    events = (_ledger(spark.readStream, zk, client_conf).option("streams", "demo/events")
               .option("max_records_per_trigger", "2000").load())
-    return (events.selectExpr("upper(cast(payload as string)) AS payload")
-            .writeStream.format("ledger").option("zk", zk).option("stream", "demo/results")
+    return (_ledger(events.selectExpr("upper(cast(payload as string)) AS payload").writeStream, zk, client_conf)
+            .option("stream", "demo/results")
             .option("checkpointLocation", str(workdir / "checkpoints" / "results"))
             .trigger(processingTime="1 second").queryName("events-to-results").start())
 
@@ -149,19 +160,20 @@ def _read_all(ns: Namespace, stream: str, expect: int) -> list[Any]:
     return out
 
 
-def _tier(zk: str, table: Path) -> str:
+def _tier(zk: str, table: Path, client_conf: str | None) -> str:
     job = Path(__file__).resolve().parents[2] / "jobs" / "compact_to_delta.py"
+    secured = ["--client-conf", client_conf] if client_conf else []
     r = subprocess.run([sys.executable, str(job), "--zk", zk, "--stream", "demo/events", "--table", str(table),
-                        "--tier", "--engine", "local"], capture_output=True, text=True, timeout=600)
+                        "--tier", "--engine", "local", *secured], capture_output=True, text=True, timeout=600)
     if r.returncode != 0:
         raise RuntimeError(f"tiering failed ({r.returncode}): {r.stdout[-1500:]}{r.stderr[-1500:]}")
     return r.stdout.strip().splitlines()[-1] if r.stdout.strip() else ""
 
 
-def _sql(spark: Any, zk: str, table: Path) -> dict[str, int]:
+def _sql(spark: Any, zk: str, table: Path, client_conf: str | None) -> dict[str, int]:
     from deltalake import DeltaTable
 
-    spark.read.format("ledger").option("zk", zk).option("streams", "demo/*").load().createOrReplaceTempView("demo")
+    _ledger(spark.read, zk, client_conf).option("streams", "demo/*").load().createOrReplaceTempView("demo")
     rows = spark.sql("SELECT stream, count(*) AS records, count(DISTINCT txid) AS txids, min(txid) AS first_txid, "
                      "max(txid) AS last_txid FROM demo GROUP BY stream ORDER BY stream").collect()
     print("Spark SQL over both streams (tiered segments read from Delta by the same source):")
@@ -174,17 +186,29 @@ def _sql(spark: Any, zk: str, table: Path) -> dict[str, int]:
     return {"delta": delta_rows, **{row["stream"]: row["records"] for row in rows}}
 
 
-def run_spark_demo(root: str | Path, bookies: int = 4, zk_port: int | None = None) -> int:
+def run_spark_demo(root: str | Path, bookies: int = 4, zk_port: int | None = None, secure: bool = False) -> int:
     root = Path(root)
     t0 = time.monotonic()
-    with SparkSandbox(root, bookies, zk_port=zk_port) as sb:
-        print(f"1. bookies inside Spark executors (local-cluster[{bookies},1,1024]): {', '.join(sb.bookie_ids)} "
-              f"registered in {time.monotonic() - t0:.0f} s; ZooKeeper at {sb.connect_string}", flush=True)
-        with LedgerClient(sb.connect_string, config=ClientConfig(add_timeout_ms=5_000)) as client:
-            return _demo(sb, client, root)
+    files = None
+    if secure:
+        from spark_bookie.local.secure import sandbox_secure_files
+
+        files = sandbox_secure_files(root)
+    client_conf = str(files.client_conf_path) if files is not None else None
+    with SparkSandbox(root, bookies, zk_port=zk_port,
+                      bookie_settings=files.bookie_settings() if files is not None else None) as sb:
+        print(f"1. bookies inside Spark executors (local-cluster[{bookies},1,1024]{', secure' if files else ''}): "
+              f"{', '.join(sb.bookie_ids)} registered in {time.monotonic() - t0:.0f} s; ZooKeeper at "
+              f"{sb.connect_string}", flush=True)
+        if files is not None:
+            files.announce()
+        config = (ClientConfig.from_toml(client_conf, add_timeout_ms=5_000) if client_conf
+                  else ClientConfig(add_timeout_ms=5_000))
+        with LedgerClient(sb.connect_string, config=config) as client:
+            return _demo(sb, client, root, client_conf)
 
 
-def _demo(sb: SparkSandbox, client: LedgerClient, workdir: Path) -> int:
+def _demo(sb: SparkSandbox, client: LedgerClient, workdir: Path, client_conf: str | None = None) -> int:
     zk = sb.connect_string
     ns = client.create_namespace("demo", ensemble_size=3, write_quorum_size=3, ack_quorum_size=2,
                                  segment_rolling_bytes=32 << 10)
@@ -194,7 +218,7 @@ def _demo(sb: SparkSandbox, client: LedgerClient, workdir: Path) -> int:
     app.start()
     spark = _spark_session(workdir)
     try:
-        query = _start_query(spark, zk, workdir)
+        query = _start_query(spark, zk, workdir, client_conf)
         print("2-3. a Python app writes demo/events; a Structured Streaming query turns them into "
               "demo/results through the ledger source and sink", flush=True)
         _wait(lambda: half.is_set() or app.error is not None, "the app to write half of its events")
@@ -217,11 +241,11 @@ def _demo(sb: SparkSandbox, client: LedgerClient, workdir: Path) -> int:
         if not _check(ns):
             return 1
         table = workdir / "delta" / "events"
-        print(f"5. tiering: {_tier(zk, table)}", flush=True)
+        print(f"5. tiering: {_tier(zk, table, client_conf)}", flush=True)
         states = [s.state for s in ns.stream_info("events").segments]
         print(f"   demo/events segments: {states.count('tiered')} tiered into Delta, {states.count('sealed')} sealed",
               flush=True)
-        counts = _sql(spark, zk, table)
+        counts = _sql(spark, zk, table, client_conf)
         if counts.get("demo/events") != EVENTS or counts.get("demo/results") != EVENTS or counts["delta"] <= 0:
             print(f"ERROR: Spark SQL counted {counts}")
             return 1

@@ -1,11 +1,14 @@
-"""The jobs against a secured cluster (DESIGN §4.8): compaction and tiering
+"""The jobs and the demo against a secured cluster (DESIGN §4.8): compaction and tiering
 (`jobs/compact_to_delta.py --client-conf`, default $SPARK_BOOKIE_CLIENT_CONF) and the auditor's
 tiering step work with the sandbox's client config (mTLS, token, zk_auth) and are refused with a
-typed error without it."""
+typed error without it; `sandbox --secure --demo` runs the demo with it."""
 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -19,6 +22,8 @@ from ledger_client import ClientConfig, LedgerClient, errors
 from spark_bookie.local.secure import make_secure_files
 
 pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
@@ -105,3 +110,14 @@ def test_tiering_job_and_tier_step_read_the_client_config(secured, tmp_path, cap
         assert any(s.state == "tiered" for s in auto.stream_info("s").segments)
         assert [x.txid for x in read_all(auto, "s", 150)] == list(range(150))   # from Delta and ledgers
 
+
+def test_sandbox_secure_demo(tmp_path):
+    """`spark-bookie sandbox --secure --demo`: the demo with the sandbox's client config."""
+    env = {k: v for k, v in os.environ.items() if k not in ("SPARK_BOOKIE_ZK", CLIENT_CONF_ENV)}
+    r = subprocess.run([sys.executable, "-m", "spark_bookie.cli", "sandbox", "--secure", "--demo", "--bookies", "4",
+                        "--root", str(tmp_path)], capture_output=True, text=True, timeout=300, env=env, cwd=REPO)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    out = r.stdout
+    assert f"client config: {tmp_path / 'secure' / 'client.toml'}" in out
+    assert "old writer is fenced" in out and "every byte matches" in out
+    assert "got all 3000 records once, in order" in out and out.rstrip().endswith("demo OK")
