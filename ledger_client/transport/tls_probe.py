@@ -8,8 +8,10 @@ operator looking for dead bookies. So when a call fails that way, the client ask
 handshake of its own on the same port, with the same certificates, and reads what the bookie
 answers: a certificate it cannot verify, or an alert ("certificate required", "unknown CA"), or a
 bookie that speaks TLS to a client configured without it. Any of those is a refusal, raised as
-UnauthorizedAccessError: replacing the bookie cannot help. A port that does not answer, a reset
-or an end of stream is not a refusal (the bookie may just be down), so a dead bookie is still one.
+UnauthorizedAccessError: replacing the bookie cannot help. A port that does not answer, a reset,
+or a connection closed during the handshake is not a refusal (the bookie may just be going down),
+so a dead bookie is still one. gRPC's server ends a connection whose client certificate it refuses
+right after the handshake, without an alert: that end is read as a refusal.
 
 Only failure paths probe, at most once per PROBE_TTL_S per bookie, each bounded by PROBE_TIMEOUT_S.
 """
