@@ -11,7 +11,9 @@ another framing, or something that is not a client at all, is turned away instea
 
 Version 2 of the hello (ADD_HELLO_AUTH, READ_HELLO_AUTH) adds a second frame after the bookie id:
 the client's auth token (UTF-8, maybe empty; docs/security.md). A bookie that requires tokens
-answers every request of a connection whose token it refuses with EUA, and serves none of them.
+answers every request of a connection whose token it refuses with EUA, and serves none of them;
+it also stops serving the connection when the token expires, unless a newer token came with a
+request (AddBatch.auth_token, ReadRangeRequest.auth_token: a client whose token rotated).
 """
 
 from __future__ import annotations
@@ -85,6 +87,7 @@ def read_frames(sock: socket.socket, bytes_max: int, chunk_bytes: int = 1 << 16)
 # again and framing a third time, and on the sending thread, where the bodies are not in cache,
 # that was over half of its CPU per add (~2 us of ~3.6 per entry and bookie, saturated).
 _GROUP_TAG = b"\x12"  # AddBatch.ledger_adds = 2, length-delimited
+_TOKEN_TAG = b"\x1a"  # AddBatch.auth_token = 3, length-delimited
 _BODY_TAG = 0x32      # LedgerAdds.bodies = 6, length-delimited
 _body_prefixes: dict[int, bytes] = {}
 
@@ -110,8 +113,9 @@ def _body_prefix(size: int) -> bytes:
     return p
 
 
-def add_batch_frame(groups: list[AddColumns]) -> bytes:
-    """The framed AddBatch of `groups` (see above)."""
+def add_batch_frame(groups: list[AddColumns], auth_token: str | None = None) -> bytes:
+    """The framed AddBatch of `groups` (see above), with `auth_token` when the connection's token
+    rotated (AddBatch.auth_token)."""
     parts: list[bytes] = [b""]
     total = 0
     prefix = _body_prefix
@@ -129,5 +133,10 @@ def add_batch_frame(groups: list[AddColumns]) -> bytes:
         parts.append(group_head)
         parts.extend(sub)
         total += len(group_head) + size
+    if auth_token:
+        raw = auth_token.encode()
+        tail = _TOKEN_TAG + _varint(len(raw)) + raw
+        parts.append(tail)
+        total += len(tail)
     parts[0] = _LEN.pack(total)
     return b"".join(parts)

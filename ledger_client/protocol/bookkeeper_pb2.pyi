@@ -102,12 +102,14 @@ class LedgerAdds(_message.Message):
     def __init__(self, ledger_id: _Optional[int] = ..., flag: _Optional[_Union[AddFlag, str]] = ..., master_key: _Optional[bytes] = ..., entry_ids: _Optional[_Iterable[int]] = ..., request_ids: _Optional[_Iterable[int]] = ..., bodies: _Optional[_Iterable[bytes]] = ...) -> None: ...
 
 class AddBatch(_message.Message):
-    __slots__ = ("adds", "ledger_adds")
+    __slots__ = ("adds", "ledger_adds", "auth_token")
     ADDS_FIELD_NUMBER: _ClassVar[int]
     LEDGER_ADDS_FIELD_NUMBER: _ClassVar[int]
+    AUTH_TOKEN_FIELD_NUMBER: _ClassVar[int]
     adds: _containers.RepeatedCompositeFieldContainer[AddRequest]
     ledger_adds: _containers.RepeatedCompositeFieldContainer[LedgerAdds]
-    def __init__(self, adds: _Optional[_Iterable[_Union[AddRequest, _Mapping]]] = ..., ledger_adds: _Optional[_Iterable[_Union[LedgerAdds, _Mapping]]] = ...) -> None: ...
+    auth_token: str
+    def __init__(self, adds: _Optional[_Iterable[_Union[AddRequest, _Mapping]]] = ..., ledger_adds: _Optional[_Iterable[_Union[LedgerAdds, _Mapping]]] = ..., auth_token: _Optional[str] = ...) -> None: ...
 
 class AddBatchResponse(_message.Message):
     __slots__ = ("responses", "ok_request_ids")
@@ -152,7 +154,7 @@ class ReadResponse(_message.Message):
     def __init__(self, status: _Optional[_Union[StatusCode, str]] = ..., ledger_id: _Optional[int] = ..., entry_id: _Optional[int] = ..., body: _Optional[bytes] = ..., max_lac: _Optional[int] = ..., detail: _Optional[str] = ...) -> None: ...
 
 class ReadRangeRequest(_message.Message):
-    __slots__ = ("ledger_id", "first_entry_id", "last_entry_id", "max_bytes", "entry_ids", "request_id", "wait_for_lac", "previous_lac", "timeout_ms")
+    __slots__ = ("ledger_id", "first_entry_id", "last_entry_id", "max_bytes", "entry_ids", "request_id", "wait_for_lac", "previous_lac", "timeout_ms", "auth_token")
     LEDGER_ID_FIELD_NUMBER: _ClassVar[int]
     FIRST_ENTRY_ID_FIELD_NUMBER: _ClassVar[int]
     LAST_ENTRY_ID_FIELD_NUMBER: _ClassVar[int]
@@ -162,6 +164,7 @@ class ReadRangeRequest(_message.Message):
     WAIT_FOR_LAC_FIELD_NUMBER: _ClassVar[int]
     PREVIOUS_LAC_FIELD_NUMBER: _ClassVar[int]
     TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    AUTH_TOKEN_FIELD_NUMBER: _ClassVar[int]
     ledger_id: int
     first_entry_id: int
     last_entry_id: int
@@ -171,7 +174,8 @@ class ReadRangeRequest(_message.Message):
     wait_for_lac: bool
     previous_lac: int
     timeout_ms: int
-    def __init__(self, ledger_id: _Optional[int] = ..., first_entry_id: _Optional[int] = ..., last_entry_id: _Optional[int] = ..., max_bytes: _Optional[int] = ..., entry_ids: _Optional[_Iterable[int]] = ..., request_id: _Optional[int] = ..., wait_for_lac: _Optional[bool] = ..., previous_lac: _Optional[int] = ..., timeout_ms: _Optional[int] = ...) -> None: ...
+    auth_token: str
+    def __init__(self, ledger_id: _Optional[int] = ..., first_entry_id: _Optional[int] = ..., last_entry_id: _Optional[int] = ..., max_bytes: _Optional[int] = ..., entry_ids: _Optional[_Iterable[int]] = ..., request_id: _Optional[int] = ..., wait_for_lac: _Optional[bool] = ..., previous_lac: _Optional[int] = ..., timeout_ms: _Optional[int] = ..., auth_token: _Optional[str] = ...) -> None: ...
 
 class ReadRangeResponse(_message.Message):
     __slots__ = ("status", "ledger_id", "first_entry_id", "bodies", "detail", "entry_ids", "request_id", "lac")

@@ -14,6 +14,7 @@ import os
 import ssl
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import grpc
@@ -109,6 +110,35 @@ class Credentials:
         except (OSError, ssl.SSLError) as e:
             raise errors.IncorrectParameterError(f"cannot load the client's TLS files: {e}") from e
         return ctx
+
+
+class PresentedToken:
+    """The token one TCP connection presented to the bookie. The bookie serves a connection only
+    until that token expires, so when the client's token changes (a rotated auth_token_file) the
+    connection sends the new one with its next request (AddBatch / ReadRangeRequest.auth_token).
+    No lock: two requests racing may both carry the new token, which is harmless. Reading the
+    token costs a clock read at most (see Credentials.token)."""
+
+    def __init__(self, token: Callable[[], str | None]) -> None:
+        self._token = token
+        self._presented: str | None = None
+
+    def at_hello(self) -> str | None:
+        """The token for the hello, remembered as presented."""
+        self._presented = self._token()
+        return self._presented
+
+    def rotated(self) -> str | None:
+        """The current token when it differs from the one presented (then it is), else None. A
+        token file that became unreadable keeps the one presented: the bookie decides."""
+        try:
+            token = self._token()
+        except errors.LedgerError:
+            return None
+        if token == self._presented or not token:
+            return None
+        self._presented = token
+        return token
 
 
 def _read(path: str | None) -> bytes | None:

@@ -25,6 +25,7 @@ from google.protobuf.message import DecodeError
 from .. import errors
 from ..protocol import bookkeeper_pb2 as pb
 from ..protocol.add_framing import READ_HELLO, FrameError, frame, read_frames
+from .credentials import PresentedToken
 from .sockets import greet, shutdown
 
 
@@ -37,7 +38,7 @@ class SocketReads:
                  timeout_s: float, message_bytes_max: int, token: Callable[[], str | None] = lambda: None,
                  secure: Callable[[socket.socket, str], socket.socket] | None = None) -> None:
         self._address = address
-        self._token = token
+        self._token = PresentedToken(token)
         self._secure = secure  # TLS on a connected socket (sockets.tls_client), None for plain TCP
         self._endpoint = endpoint
         self._forget = forget
@@ -65,6 +66,9 @@ class SocketReads:
             sock = self._sock if self._sock is not None else self._connect()
             rid = next(self._ids)
             req.request_id = rid
+            rotated = self._token.rotated()
+            if rotated:
+                req.auth_token = rotated
             self._pending[rid] = (fut, now + self._timeout_s)
         data = frame(req.SerializeToString())
         # Not under _lock: a send blocked by a bookie that stopped reading must not keep the reader
@@ -91,7 +95,7 @@ class SocketReads:
             self._forget()
             raise errors.BookieUnavailableError(f"read connection to {self._address}: {e}") from e
         try:
-            greet(sock, READ_HELLO, self._address, self._token())  # deadlines are per read (see _expired)
+            greet(sock, READ_HELLO, self._address, self._token.at_hello())  # deadlines are per read (see _expired)
         except OSError as e:
             raise errors.BookieUnavailableError(f"read connection to {self._address}: {e}") from e
         self._sock = sock

@@ -32,6 +32,7 @@ from ..protocol import bookkeeper_pb2 as pb
 from ..protocol.add_framing import ADD_HELLO, add_batch_frame
 from .add_readers import DEFAULT_READERS, AddReaders
 from .bookie_client import TRANSPORT_FAILURE, AddStream, StreamLimits
+from .credentials import PresentedToken
 from .sockets import greet, shutdown
 
 
@@ -48,7 +49,7 @@ class SocketAddStream(AddStream):
                  secure: Callable[[socket.socket, str], socket.socket] | None = None) -> None:
         """`secure`: TLS on a connected socket (sockets.tls_client), None for plain TCP."""
         super().__init__(limits, address)
-        self._token = token
+        self._token = PresentedToken(token)
         self._secure = secure
         self._readers = readers
         self._resolve = resolve
@@ -76,7 +77,7 @@ class SocketAddStream(AddStream):
             if self._secure is not None:
                 sock = self._secure(sock, host)
         # Deadlines are the writer's (add_timeout_ms replaces a silent bookie).
-        greet(sock, ADD_HELLO, self._address, self._token())
+        greet(sock, ADD_HELLO, self._address, self._token.at_hello())
         return sock
 
     def _send_all(self) -> None:
@@ -99,7 +100,7 @@ class SocketAddStream(AddStream):
             return
         try:
             for items in self._batches():
-                data = add_batch_frame(self._columns(items))
+                data = add_batch_frame(self._columns(items), self._token.rotated())
                 with self._send_lock:
                     sock.sendall(data)
         except OSError as e:
@@ -123,7 +124,7 @@ class SocketAddStream(AddStream):
         try:
             if self._held() or not self._q.empty() or self.broken is not None:
                 return False
-            data = add_batch_frame(self._columns([item]))
+            data = add_batch_frame(self._columns([item]), self._token.rotated())
             try:
                 try:
                     sent = sock.send(data, socket.MSG_DONTWAIT)

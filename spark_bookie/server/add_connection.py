@@ -25,6 +25,7 @@ from google.protobuf.message import DecodeError
 from ledger_client.protocol import bookkeeper_pb2 as pb
 from ledger_client.protocol.add_framing import FrameError, frame, next_frame
 from ledger_client.protocol.sockets import shutdown
+from spark_bookie.server.auth import ConnectionAccess
 from spark_bookie.server.processor import RequestProcessor, add_groups, batch_size, group_failures
 
 log = logging.getLogger(__name__)
@@ -39,9 +40,9 @@ class AddConnection:
     """`serve()` runs on the connection's own thread; `_reply` and `_send_answers` on any thread."""
 
     def __init__(self, sock: socket.socket, peer: str, processor: RequestProcessor, in_flight_adds_max: int,
-                 message_bytes_max: int, refusal: str | None = None) -> None:
+                 message_bytes_max: int, access: ConnectionAccess | None = None) -> None:
         self._sock = sock
-        self._refusal = refusal  # why this connection's client is not served (auth): every add gets EUA
+        self._access = access  # whether this connection's client is served (auth; None: no checks)
         self._peer = peer
         self._p = processor
         self._in_flight_max = in_flight_adds_max
@@ -108,8 +109,9 @@ class AddConnection:
             return not self._closed
 
     def _on_batch(self, batch: pb.AddBatch) -> None:
-        if self._refusal is not None:
-            self._reply([], [f for g in add_groups(batch) for f in group_failures(g, pb.EUA, self._refusal)],
+        why = None if self._access is None else self._access.refusal(batch.auth_token)
+        if why is not None:
+            self._reply([], [f for g in add_groups(batch) for f in group_failures(g, pb.EUA, why)],
                         counted=False)
             self._send_answers()
             return

@@ -22,9 +22,10 @@ answers (reads too). A frame that does not parse, a length over `message_bytes_m
 or another bookie's id closes that connection (logged); the bookie goes on.
 
 With token authentication on (spark_bookie.server.auth), the hello must carry a token the bookie
-accepts (version 2 of the hello); a connection without one is kept open but every request on it is
-answered EUA and none is served, so the client learns why (UnauthorizedAccessError) rather than
-seeing a bookie that looks dead and replacing it.
+accepts (version 2 of the hello), and a request is served only while that token (or a newer one
+the client sent on the connection) has not expired (ConnectionAccess); otherwise the connection
+is kept open but every request on it is answered EUA and none is served, so the client learns
+why (UnauthorizedAccessError) rather than seeing a bookie that looks dead and replacing it.
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ from ledger_client.protocol.add_framing import HELLOS, LENGTH, FrameError, frame
 from ledger_client.protocol.sockets import shutdown
 from ledger_client.protocol.tls_pump import tunnel
 from spark_bookie.server.add_connection import AddConnection
-from spark_bookie.server.auth import AuthError, TokenVerifier
+from spark_bookie.server.auth import ConnectionAccess, TokenVerifier
 from spark_bookie.server.processor import RequestProcessor
 from spark_bookie.server.service import answer_read_range
 
@@ -64,9 +65,9 @@ class ReadConnection(asyncio.Protocol):
     """A read connection after its hello; every method runs on the bookie's event loop."""
 
     def __init__(self, processor: RequestProcessor, message_bytes_max: int, peer: str,
-                 on_lost: Callable[[ReadConnection], None], refusal: str | None = None) -> None:
+                 on_lost: Callable[[ReadConnection], None], access: ConnectionAccess | None = None) -> None:
         self._p = processor
-        self._refusal = refusal  # why this connection's client is not served (auth), or None
+        self._access = access  # whether this connection's client is served (auth; None: no checks)
         self._bytes_max = message_bytes_max
         self._peer = peer
         self._on_lost = on_lost
@@ -128,8 +129,9 @@ class ReadConnection(asyncio.Protocol):
             except DecodeError as e:
                 self._drop(f"frame is not a ReadRangeRequest: {e}")
                 return
-            if self._refusal is not None:
-                self._refuse(req, self._refusal)
+            why = None if self._access is None else self._access.refusal(req.auth_token)
+            if why is not None:
+                self._refuse(req, why)
                 continue
             task = asyncio.ensure_future(self._read(req))
             self._tasks.add(task)  # a task nobody refers to may be collected before it ends
@@ -240,11 +242,11 @@ class AddListener:
             self._forget(conn)
             conn.close()
             return
-        refusal = self._refusal(token, peer)
+        access = self._access(token, peer)
         if reads:
-            self._start_reads(conn, peer, refusal)
+            self._start_reads(conn, peer, access)
             return
-        handler = AddConnection(conn, peer, self._p, self._in_flight_max, self._bytes_max, refusal)
+        handler = AddConnection(conn, peer, self._p, self._in_flight_max, self._bytes_max, access)
         if not self._swap(conn, handler):
             handler.close()
         try:
@@ -262,20 +264,20 @@ class AddListener:
             self._live.add(plain)
         return plain
 
-    def _refusal(self, token: str | None, peer: str) -> str | None:
-        """Why the client with `token` is not served (logged), or None when it is."""
+    def _access(self, token: str | None, peer: str) -> ConnectionAccess | None:
+        """What decides whether the connection of the client with `token` is served (a refusal
+        is logged); None when the bookie checks no tokens."""
         if self._verifier is None:
             return None
-        try:
-            self._verifier.verify(token)
-            return None
-        except AuthError as e:
-            log.warning("refusing every request of the connection from %s: %s", peer, e)
-            return str(e)
+        access = ConnectionAccess(self._verifier, token)
+        why = access.refusal()
+        if why is not None:
+            log.warning("refusing the requests of the connection from %s: %s", peer, why)
+        return access
 
-    def _start_reads(self, conn: socket.socket, peer: str, refusal: str | None) -> None:
+    def _start_reads(self, conn: socket.socket, peer: str, access: ConnectionAccess | None) -> None:
         def made() -> ReadConnection:
-            protocol = ReadConnection(self._p, self._bytes_max, peer, self._forget, refusal)
+            protocol = ReadConnection(self._p, self._bytes_max, peer, self._forget, access)
             if not self._swap(conn, protocol):
                 self._loop.call_soon(protocol.close)
             return protocol

@@ -70,7 +70,7 @@ class TokenVerifier:
             raise ConfigError("auth token key is empty")
         self._key = key
         self._algorithm = algorithm
-        self._leeway_s = leeway_s
+        self.leeway_s = leeway_s   # clock skew forgiven on `exp`
         self._cache: dict[str, Principal] = {}
         self._lock = threading.Lock()
 
@@ -103,7 +103,7 @@ class TokenVerifier:
                 if len(self._cache) >= CACHE_ENTRIES_MAX:
                     self._cache.clear()
                 self._cache[token] = principal
-        if principal.expires_at_s + self._leeway_s <= now:
+        if principal.expires_at_s + self.leeway_s <= now:
             self._cache.pop(token, None)
             raise AuthError(f"auth token of {principal.subject!r} expired")
         if admin and not principal.is_admin:
@@ -112,7 +112,7 @@ class TokenVerifier:
 
     def _decode(self, token: str) -> Principal:
         try:
-            claims = jwt.decode(token, self._key, algorithms=[self._algorithm], leeway=self._leeway_s,
+            claims = jwt.decode(token, self._key, algorithms=[self._algorithm], leeway=self.leeway_s,
                                 options={"require": ["exp", "sub"]})
         except jwt.ExpiredSignatureError as e:
             raise AuthError("auth token expired") from e
@@ -124,6 +124,44 @@ class TokenVerifier:
         if role not in ROLES:
             raise AuthError(f"auth token of {claims['sub']!r} has unknown role {role!r} (not one of {ROLES})")
         return Principal(str(claims["sub"]), role, float(claims["exp"]))
+
+
+class ConnectionAccess:
+    """Whether the requests of one TCP connection are served (the gRPC port checks every call).
+
+    Its token is checked at the hello and its expiry on every request after, so a connection
+    does not outlive its token; a client whose token rotated sends the new one on the connection
+    (AddBatch.auth_token, ReadRangeRequest.auth_token) and is served until that one expires. A
+    refused or expired connection stays open, every request answered EUA, so the client learns
+    why rather than seeing a dead bookie. One per connection; used from its serving thread."""
+
+    def __init__(self, verifier: TokenVerifier, token: str | None) -> None:
+        self._verifier = verifier
+        self._refusal: str | None = None
+        self._until_s = 0.0
+        self._subject = ""
+        self.renew(token)
+
+    def renew(self, token: str | None) -> None:
+        """Check `token` (the hello's, or a newer one sent on the connection) and serve by it."""
+        try:
+            principal = self._verifier.verify(token)
+        except AuthError as e:
+            self._refusal = str(e)
+            return
+        self._refusal = None
+        self._subject = principal.subject
+        self._until_s = principal.expires_at_s + self._verifier.leeway_s
+
+    def refusal(self, token: str = "") -> str | None:
+        """Why the request is not served (None: it is), after renewing with `token` if one came
+        with it. Costs one clock read when nothing changed."""
+        if token:
+            self.renew(token)
+        if self._refusal is None and time.time() >= self._until_s:
+            self._refusal = (f"auth token of {self._subject!r} expired while connected; send a new one "
+                             f"(auth_token_file) or reconnect")
+        return self._refusal
 
 
 def bearer_token(value: str | bytes | None) -> str | None:

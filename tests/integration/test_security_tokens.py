@@ -173,3 +173,44 @@ def test_rs256_public_key_on_the_bookie_and_a_rotated_token_file(cluster_factory
         w = bad.create_ledger(ensemble_size=1, write_quorum_size=1, ack_quorum_size=1, password=PW)
         with pytest.raises(errors.UnauthorizedAccessError):
             w.append(b"y")
+
+
+def _wait_until(t_s: float) -> None:
+    while time.time() < t_s:
+        time.sleep(min(0.2, max(0.0, t_s - time.time())))
+
+
+def test_an_open_connection_is_served_only_while_its_token_is_valid(cluster_factory, tmp_path):
+    """A TCP connection does not outlive its token: a client whose token file rotates sends the new
+    token on its open connections and goes on past the old one's expiry (no bookie replaced); a
+    client whose token is not renewed is refused once it expires (UnauthorizedAccessError, not a
+    dead bookie), and the bookies hold nothing it wrote after."""
+    sb = _secure_cluster(cluster_factory, tmp_path, bookies=2)
+    token_file = tmp_path / "rotating-token"
+    token_file.write_text(mint_token(SECRET, "rotating", "client", ttl_s=4))
+    first_expiry_s = time.time() + 4
+    rotating = LedgerClient(sb.connect_string, config=ClientConfig(auth_token_file=str(token_file),
+                                                                   operation_timeout_ms=20_000))
+    fixed = _client(sb, mint_token(SECRET, "fixed", "client", ttl_s=4))
+    with rotating, fixed:
+        writers, readers = {}, {}
+        for name, c in (("rotating", rotating), ("fixed", fixed)):   # connections open, tokens valid
+            w = writers[name] = c.create_ledger(ensemble_size=2, write_quorum_size=2, ack_quorum_size=2,
+                                                password=PW)
+            assert [w.append(b"entry-%d" % i) for i in range(2)] == [0, 1]
+            readers[name] = c.open_ledger(w.ledger_id, password=PW, recovery=False)
+            assert [e.data for e in readers[name].read(0, 0)] == [b"entry-0"]
+        token_file.write_text(mint_token(SECRET, "rotating", "client", ttl_s=600))
+        _wait_until(first_expiry_s + 1.5)        # both first tokens are past their exp (whole seconds)
+
+        w = writers["rotating"]
+        assert [w.append(b"entry-%d" % i) for i in range(2, 6)] == [2, 3, 4, 5]
+        assert len(rotating.ledger_metadata(w.ledger_id).ensembles) == 1   # no bookie was replaced
+        assert [e.data for e in readers["rotating"].read_unconfirmed(0, 1)] == [b"entry-0", b"entry-1"]
+
+        with pytest.raises(errors.UnauthorizedAccessError, match="expired"):
+            writers["fixed"].append(b"too late")
+        with pytest.raises(errors.UnauthorizedAccessError):
+            readers["fixed"].read_unconfirmed(0, 1)
+        lid = writers["fixed"].ledger_id
+    assert sorted(_entries_on_bookies(sb, lid)) == [0, 0, 1, 1]   # two copies of 0 and 1, nothing after

@@ -76,6 +76,9 @@ def test_hand_encoded_add_batch_is_the_protobuf_encoding_byte_for_byte(seed):
         want = pb.AddBatch(ledger_adds=[
             pb.LedgerAdds(ledger_id=lid, flag=flag, master_key=key, entry_ids=eids, request_ids=rids, bodies=bodies)
             for lid, flag, key, eids, rids, bodies in groups])
-        got = add_batch_frame(groups)
+        token = rng.choice([None, "", "eyJ.a-token." + "x" * rng.randrange(0, 300)])
+        if token:
+            want.auth_token = token
+        got = add_batch_frame(groups, token)
         assert got == frame(want.SerializeToString())
         assert pb.AddBatch.FromString(got[4:]) == want

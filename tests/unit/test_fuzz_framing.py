@@ -30,7 +30,7 @@ from ledger_client.protocol.add_framing import (
 )
 from spark_bookie.server.add_connection import AddConnection
 from spark_bookie.server.add_listener import HelloError, ReadConnection, _hello
-from spark_bookie.server.auth import AuthError, TokenVerifier, mint_token
+from spark_bookie.server.auth import AuthError, ConnectionAccess, TokenVerifier, mint_token
 
 pytestmark = pytest.mark.unit
 
@@ -164,7 +164,7 @@ def test_read_connection_answers_each_request_or_drops_the_connection(data, refu
     async def run() -> tuple[_Transport, int]:
         t = _Transport()
         rc = ReadConnection(_Processor(), BYTES_MAX, "fuzz", lambda _c: None,  # type: ignore[arg-type]
-                            "token refused" if refused else None)
+                            ConnectionAccess(_verifier, None) if refused else None)
         rc.connection_made(t)  # type: ignore[arg-type]
         for i in range(0, len(data), split):
             if t.closed:

@@ -125,3 +125,39 @@ def test_client_security_keys_and_token_file_rotation(tmp_path: Path):
     creds._checked_s = -1e9
     with pytest.raises(IncorrectParameterError, match="auth_token_file"):
         creds.token()
+
+
+def test_a_connection_is_served_until_its_token_expires_and_a_newer_token_extends_it(monkeypatch):
+    from spark_bookie.server import auth
+
+    now = [time.time()]   # the bookie's clock, moved by hand (PyJWT keeps the real one)
+    monkeypatch.setattr(auth, "time", type("FakeTime", (), {"time": staticmethod(lambda: now[0]),
+                                                            "monotonic": staticmethod(time.monotonic)}))
+    v = TokenVerifier(SECRET, "HS256")
+    access = auth.ConnectionAccess(v, mint_token(SECRET, "app", "client", ttl_s=60))
+    assert access.refusal() is None
+    now[0] += 61
+    assert "expired while connected" in (access.refusal() or "")
+    newer = mint_token(SECRET, "app", "client", ttl_s=600, now_s=time.time())
+    assert access.refusal(newer) is None   # a newer token sent on the connection: served again
+    assert access.refusal() is None
+    forged = mint_token(b"another-secret-0123456789abcdef0123456789", "app", "client", now_s=time.time())
+    assert access.refusal(forged) is not None   # a bad token sent on the connection ends it
+    assert auth.ConnectionAccess(v, None).refusal() is not None
+
+
+def test_a_connection_presents_its_token_again_only_when_it_changed():
+    from ledger_client.transport.credentials import PresentedToken
+
+    current = ["t1"]
+    p = PresentedToken(lambda: current[0])
+    assert p.at_hello() == "t1"
+    assert p.rotated() is None
+    current[0] = "t2"
+    assert p.rotated() == "t2"
+    assert p.rotated() is None
+
+    def unreadable() -> str:
+        raise IncorrectParameterError("cannot read auth_token_file")
+
+    assert PresentedToken(unreadable).rotated() is None
