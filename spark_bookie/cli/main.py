@@ -106,11 +106,9 @@ def cmd_sandbox(args: argparse.Namespace) -> int:
 
     root = os.path.abspath(args.root or os.path.join(os.getcwd(), ".sandbox"))
     if args.hosts:
-        if args.secure:
-            return fail("--secure does not combine with --hosts yet")
         from spark_bookie.local.multihost import run_hosts_sandbox
 
-        return run_hosts_sandbox(root, args.hosts, wait_for_signal)
+        return run_hosts_sandbox(root, args.hosts, wait_for_signal, secure=args.secure)
     if args.spark:
         if args.demo:
             from spark_bookie.local.spark_demo import run_spark_demo

@@ -20,6 +20,7 @@ from metadata import MetadataStore
 from metadata import connect as connect_metadata
 from spark_bookie.local.hosts import NETNS, Host, Hosts
 from spark_bookie.local.sandbox import BookieProcess, stop_cluster
+from spark_bookie.local.secure import SecureSandboxFiles, sandbox_secure_files
 from spark_bookie.local.zookeeper import EmbeddedZooKeeper, free_port
 
 log = logging.getLogger(__name__)
@@ -54,8 +55,13 @@ class MultiHostCluster:
     """Hosts + ZooKeeper on the gateway + a bookie on each of ``bookie_hosts`` (default: all)."""
 
     def __init__(self, root: str | Path, hosts: int = 3, *, bookie_hosts: int | None = None, mode: str = "auto",
-                 bookie_settings: dict[str, Any] | None = None, zk_session_timeout_ms_max: int = 20_000) -> None:
+                 bookie_settings: dict[str, Any] | None = None, zk_session_timeout_ms_max: int = 20_000,
+                 secure: bool = False) -> None:
+        """`secure`: TLS with client certificates, tokens and ZooKeeper ACLs (sandbox --secure),
+        with certificates for the hosts' addresses; `self.secure_files` then holds the client config."""
         self.root = Path(root).absolute()
+        self._secure = secure
+        self.secure_files: SecureSandboxFiles | None = None
         self.hosts = Hosts(self.root / "hosts", hosts, mode=mode)
         self.bookie_hosts = hosts if bookie_hosts is None else bookie_hosts
         self.settings = {"zk_session_timeout_ms": 4000, "gc_interval_ms": 3_600_000, **(bookie_settings or {})}
@@ -77,10 +83,13 @@ class MultiHostCluster:
     def start(self) -> MultiHostCluster:
         try:
             self.hosts.start()
+            if self._secure:   # the addresses are known now: the bookies' certificate names them
+                self.secure_files = sandbox_secure_files(self.root, tuple(h.address for h in self.hosts))
+                self.settings.update(self.secure_files.bookie_settings())
             self.zk = EmbeddedZooKeeper(free_port(), self.root / "zookeeper", host=self.hosts.gateway,
                                         max_session_timeout_ms=self._zk_session_max)
             self.zk.start()
-            self.store = connect_metadata(self.connect_string)
+            self.store = connect_metadata(self.connect_string, zk_auth=self.settings.get("zk_auth") or None)
             self.store.init_cluster()
             for host in list(self.hosts)[: self.bookie_hosts]:
                 self.add_bookie(host, wait=False)
@@ -148,10 +157,11 @@ class MultiHostCluster:
 
 
 def run_hosts_sandbox(root: str | Path, hosts: int, wait: Callable[[], object], *,
-                      mode: str = "auto") -> int:
-    """`spark-bookie sandbox --hosts N`: a bookie on each of N hosts, ZooKeeper on the gateway; print
-    where everything is and how to run a command inside a host, then wait for ``wait`` to return."""
-    with MultiHostCluster(Path(root) / "hosts-sandbox", hosts, mode=mode) as cluster:
+                      mode: str = "auto", secure: bool = False) -> int:
+    """`spark-bookie sandbox --hosts N [--secure]`: a bookie on each of N hosts, ZooKeeper on the
+    gateway; print where everything is and how to run a command inside a host, then wait for
+    ``wait`` to return."""
+    with MultiHostCluster(Path(root) / "hosts-sandbox", hosts, mode=mode, secure=secure) as cluster:
         h = cluster.hosts
         if h.mode == NETNS:
             print(f"sandbox up on {hosts} hosts (network namespaces on bridge {h.bridge}, "
@@ -163,6 +173,8 @@ def run_hosts_sandbox(root: str | Path, hosts: int, wait: Callable[[], object], 
             where = f"ip netns exec {host.netns} COMMAND" if host.netns else "(runs on this machine)"
             ids = ", ".join(b.bookie_id for b in cluster.bookies_on(host))
             print(f"host {host.name} {host.address}: bookie {ids}; {where}", flush=True)
+        if cluster.secure_files is not None:
+            cluster.secure_files.announce()
         print(f"export SPARK_BOOKIE_ZK={cluster.connect_string}", flush=True)
         wait()
     return 0

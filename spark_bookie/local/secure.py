@@ -45,12 +45,15 @@ class SecureSandboxFiles:
         print(f"export SPARK_BOOKIE_CLIENT_CONF={self.client_conf_path}", flush=True)
 
 
-def make_secure_files(directory: Path, subject: str = "sandbox-admin") -> SecureSandboxFiles:
-    """Write a fresh CA, certificates, token and client TOML under `directory` (private files 0600)."""
+def make_secure_files(directory: Path, subject: str = "sandbox-admin",
+                      bookie_hosts: tuple[str, ...] = ("127.0.0.1", "localhost")) -> SecureSandboxFiles:
+    """Write a fresh CA, certificates, token and client TOML under `directory` (private files 0600).
+    `bookie_hosts`: the addresses and names the bookies' certificate is valid for (clients check
+    the one they dial)."""
     directory.mkdir(parents=True, exist_ok=True)
     ca = CertificateAuthority("spark-bookie sandbox CA")
     ca_path = ca.write_cert(directory / "ca.pem")
-    bookie = ca.issue_files(directory, "bookie", ("127.0.0.1", "localhost"))
+    bookie = ca.issue_files(directory, "bookie", bookie_hosts)
     client = ca.issue_files(directory, "client", client=True)
     secret = secrets.token_hex(32).encode()
     secret_path = _private(directory / "token-secret", secret)
@@ -69,11 +72,12 @@ def make_secure_files(directory: Path, subject: str = "sandbox-admin") -> Secure
                               client.key_path, secret_path, token_path, conf_path, zk_auth)
 
 
-def sandbox_secure_files(root: str | Path) -> SecureSandboxFiles:
+def sandbox_secure_files(root: str | Path, bookie_hosts: tuple[str, ...] = ()) -> SecureSandboxFiles:
     """`sandbox --secure`'s files, fresh, under ``<root>/secure`` with absolute paths: the client
     TOML and the bookie settings name them, and executors and shells in other working directories
-    read them."""
-    return make_secure_files(Path(root).absolute() / "secure")
+    read them. `bookie_hosts`: addresses the bookies listen on besides 127.0.0.1 (other hosts')."""
+    return make_secure_files(Path(root).absolute() / "secure",
+                             bookie_hosts=("127.0.0.1", "localhost", *bookie_hosts))
 
 
 def _private(path: Path, data: bytes) -> Path:

@@ -200,3 +200,26 @@ def test_sandbox_hosts_command(tmp_path) -> None:
     assert proc.returncode == 0, lines
     listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     assert not any(ns in listed for ns in namespaces)
+
+
+def test_a_secure_cluster_on_hosts_serves_its_client_config_across_hosts(multihost) -> None:
+    """`sandbox --secure --hosts`: the bookies' certificate names the hosts' addresses, so a client
+    on another host with the client config writes and reads over TLS with a token and zk_auth; the
+    same command without it is refused with a typed error (exit 2, no traceback)."""
+    cluster = multihost(3, secure=True)
+    files = cluster.secure_files
+    assert files is not None
+    zk = cluster.connect_string
+    here, other = list(cluster.hosts)[0], list(cluster.hosts)[1]
+    cmd = [sys.executable, "-m", "spark_bookie.cli", "shell", "--zk", zk, "simpletest", "--entries", "50",
+           "--ensemble", "3", "--write-quorum", "3", "--ack-quorum", "2"]
+    for host in (here, other):
+        done = host.run([sys.executable, "-m", "spark_bookie.cli", "--client-conf", str(files.client_conf_path),
+                         *cmd[3:]], timeout_s=120)
+        assert done.returncode == 0, (host.name, done.stdout, done.stderr)
+    refused = other.run(cmd, timeout_s=120)
+    assert refused.returncode == 2 and "Traceback" not in refused.stderr, refused.stderr
+    from ledger_client import ClientConfig, LedgerClient
+
+    with LedgerClient(zk, config=ClientConfig.from_toml(files.client_conf_path)) as c:
+        assert list(c.list_ledgers()) == []   # simpletest deleted its ledgers; the refused one wrote none
