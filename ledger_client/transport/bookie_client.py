@@ -13,6 +13,7 @@ import functools
 import itertools
 import queue
 import socket
+import ssl
 import threading
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -78,8 +79,6 @@ _STOP = object()
 def _tls_client(credentials: Credentials, timeout_s: float, sock: socket.socket, host: str) -> socket.socket:
     """TLS on a TCP connection to the bookie; UnauthorizedAccessError when we do not trust its
     certificate (no other bookie would do better), OSError for the rest."""
-    import ssl
-
     from .sockets import tls_client
 
     try:
