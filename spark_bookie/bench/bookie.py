@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from spark_bookie.bench.common import pct, raw_fsync_per_write, raw_group_commit
+from spark_bookie.local.progress import StepProgress
 
 GOAL_ADDS_PER_S = 30_000
 GOAL_JOURNAL_RATIO = 0.5
@@ -175,17 +176,21 @@ def bench_bookie(args: argparse.Namespace) -> int:
     base.mkdir(parents=True, exist_ok=True)
     res: dict[str, Any] = {"dir": str(base), "entry_bytes": args.entry_bytes, "entries": entries,
                            "window": args.window}
+    progress = StepProgress("bench bookie", ("raw disk", "journal", "entry logs", "bookie adds", "metrics cost"))
     res["raw_fsync_per_write"] = raw_fsync_per_write(base, 500 if args.quick else 2000)
     res["raw_group_commit_1mib"] = raw_group_commit(base, (64 if args.quick else 256) << 20)
+    progress.step("raw disk")
     res["journal"] = journal_measure(str(base / "journal-only"), records=entries,
                                      record_bytes=args.entry_bytes, batch=256)
     # Same write sizes as the raw baseline: 1 MiB of 64 KiB records per submit.
     big = (64 if args.quick else 256) << 20
     res["journal_64k"] = journal_measure(str(base / "journal-only"), records=big // (64 << 10),
                                          record_bytes=64 << 10, batch=16)
+    progress.step("journal")
     for comp in ("none", "lz4"):
         res[f"entry_log_{comp}"] = storage_measure(str(base / f"storage-{comp}"), entries=entries,
                                                    entry_bytes=args.entry_bytes, compression=comp)
+    progress.step("entry logs")
     sb, bookie = _one_bookie(base / "cluster")
     try:
         durable_adds(bookie.bookie_id, min(entries, 5000), args.entry_bytes, args.window)  # warm-up
@@ -197,10 +202,13 @@ def bench_bookie(args: argparse.Namespace) -> int:
                 rate_per_s=rate, ledger_id=9 + rate)
     finally:
         sb.stop()
+    progress.step("bookie adds")
     try:
         res["metrics_cost"] = metrics_cost(base, min(entries, 100_000), args.entry_bytes, args.window,
                                            rounds=1 if args.quick else 5)
+        progress.step("metrics cost")
     finally:
+        progress.close()
         for leftover in ("cluster", "journal-only", "storage-none", "storage-lz4", "metrics-on", "metrics-off"):
             shutil.rmtree(base / leftover, ignore_errors=True)
         if not args.dir:

@@ -21,6 +21,7 @@ def test_bench_quick_runs_and_writes_json(tmp_path, which):
     assert data["goals"] and all(line in r.stdout for line in ("goal ",))
     if which == "bookie":
         assert data["bookie_adds"]["adds_per_s"] > 0 and data["raw_group_commit_1mib"]["mb_per_s"] > 0
+        assert "bench bookie: metrics cost (5/5 steps" in r.stderr   # its progress, a line per step
     elif which == "stream":
         assert data["throughput"]["records_per_s"] > 0 and data["catch_up"]["records"] == data["throughput"]["records"]
         lat = data["latency_at_1000"]
