@@ -28,7 +28,7 @@ from ..protocol import bookkeeper_pb2 as pb
 from ..protocol import bookkeeper_pb2_grpc as pb_grpc
 from ..protocol.add_framing import AddColumns
 from .add_readers import DEFAULT_READERS, AddReaders
-from .credentials import NO_CREDENTIALS, Credentials
+from .credentials import NO_CREDENTIALS, Credentials, PresentedToken
 from .socket_reads import SocketReads
 from .tls_probe import RefusalCache, tls_refusal
 
@@ -307,9 +307,14 @@ class GrpcAddStream(AddStream):
 
     def __init__(self, stub: pb_grpc.BookieStub, limits: StreamLimits, address: str,
                  metadata: tuple[tuple[str, str], ...] | None = None,
-                 error_of: Callable[[grpc.RpcError], errors.LedgerError] | None = None) -> None:
+                 error_of: Callable[[grpc.RpcError], errors.LedgerError] | None = None,
+                 token: Callable[[], str | None] = lambda: None) -> None:
+        """`token`: the client's current token; the call's metadata carries the one of now, and a
+        newer one goes with the next batch (the bookie serves the call only while it is valid)."""
         super().__init__(limits, address)
         self._error_of = error_of or (lambda e: rpc_error(e, address))
+        self._token = PresentedToken(token)
+        self._token.at_hello()
         self._call = stub.AddStream(self._requests(), metadata=metadata)
         self._reader = threading.Thread(target=self._read, name=f"add-stream-{address}", daemon=True)
         self._reader.start()
@@ -323,6 +328,13 @@ class GrpcAddStream(AddStream):
             refused = isinstance(self._error_of(e), errors.UnauthorizedAccessError)
             self._fail(f"add stream to {self._address} failed: {e.code().name}: {e.details()}",
                        pb.EUA if refused else TRANSPORT_FAILURE)
+
+    def _message(self, items: list[tuple[int, int, bytes, bytes, int, int]]) -> pb.AddBatch:
+        msg = super()._message(items)
+        rotated = self._token.rotated()
+        if rotated:
+            msg.auth_token = rotated
+        return msg
 
     def close(self) -> None:
         super().close()
@@ -415,7 +427,7 @@ class BookieClient:
                 stream.close()
             if self._limits.add_transport == "grpc":
                 stream = GrpcAddStream(self._stub, self._limits, self.address, self._creds.grpc_metadata(),
-                                       self.error_of)
+                                       self.error_of, self._creds.token)
             else:
                 stream = self._new_socket_stream()
             self._stream = stream

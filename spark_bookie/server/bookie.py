@@ -235,7 +235,7 @@ class Bookie:
                 pb_grpc.add_BookieServicer_to_server(BookieServicer(
                     processor, self.bookie_id, list(self.ledger_dirs),
                     self.config.in_flight_adds_per_stream_max, lambda: self._disk.read_only,
-                    lambda: self.add_port), server)
+                    lambda: self.add_port, verifier), server)
                 try:
                     if tls is not None:
                         server.add_secure_port(self.address, tls)

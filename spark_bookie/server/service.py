@@ -18,6 +18,7 @@ import grpc
 from ledger_client.protocol import bookkeeper_pb2 as pb
 from ledger_client.protocol import bookkeeper_pb2_grpc as pb_grpc
 from spark_bookie.errors import BookieError
+from spark_bookie.server.auth import METADATA_KEY, ConnectionAccess, TokenVerifier, bearer_token
 from spark_bookie.server.processor import RequestProcessor, add_groups, batch_size, group_failures
 
 log = logging.getLogger(__name__)
@@ -45,8 +46,11 @@ async def answer_read_range(p: RequestProcessor, request: pb.ReadRangeRequest) -
 class BookieServicer(pb_grpc.BookieServicer):
     def __init__(self, processor: RequestProcessor, bookie_id: str, data_dirs: list[str],
                  in_flight_adds_max: int, read_only: Callable[[], bool],
-                 add_port: Callable[[], int] = lambda: 0) -> None:
+                 add_port: Callable[[], int] = lambda: 0, verifier: TokenVerifier | None = None) -> None:
+        """`verifier`: the token checks' (the interceptor admitted each call; an AddStream call can
+        outlive its token, so its batches are checked as the TCP port's are)."""
         self._p = processor
+        self._verifier = verifier
         self._add_port = add_port
         self._bookie_id = bookie_id
         self._dirs = data_dirs
@@ -57,6 +61,7 @@ class BookieServicer(pb_grpc.BookieServicer):
                         context: Any) -> AsyncIterator[pb.AddBatchResponse]:
         out: asyncio.Queue[tuple[list[int], list[pb.AddResponse]] | None] = asyncio.Queue()
         state = {"in_flight": 0, "eof": False}
+        access = self._access(context)
 
         def reply(ok: list[int], failed: list[pb.AddResponse]) -> None:
             state["in_flight"] -= len(ok) + len(failed)
@@ -67,6 +72,10 @@ class BookieServicer(pb_grpc.BookieServicer):
         async def read_requests() -> None:
             try:
                 async for batch in request_iterator:
+                    why = None if access is None else access.refusal(batch.auth_token)
+                    if why is not None:
+                        out.put_nowait(([], [f for g in add_groups(batch) for f in group_failures(g, pb.EUA, why)]))
+                        continue
                     n = batch_size(batch)
                     if state["in_flight"] + n > self._in_flight_max:
                         detail = f"more than {self._in_flight_max} adds in flight on this stream"
@@ -101,6 +110,16 @@ class BookieServicer(pb_grpc.BookieServicer):
                     return
         finally:
             reader.cancel()
+
+    def _access(self, context: Any) -> ConnectionAccess | None:
+        """The token checks of one AddStream call (None: the bookie checks no tokens)."""
+        if self._verifier is None:
+            return None
+        token = None
+        for key, value in context.invocation_metadata() or ():
+            if key == METADATA_KEY:
+                token = bearer_token(value)
+        return ConnectionAccess(self._verifier, token)
 
     async def Read(self, request: pb.ReadRequest, context: Any) -> pb.ReadResponse:  # noqa: N802
         return await _guard(lambda: self._p.read(request), lambda s, d: pb.ReadResponse(

@@ -180,18 +180,20 @@ def _wait_until(t_s: float) -> None:
         time.sleep(min(0.2, max(0.0, t_s - time.time())))
 
 
-def test_an_open_connection_is_served_only_while_its_token_is_valid(cluster_factory, tmp_path):
-    """A TCP connection does not outlive its token: a client whose token file rotates sends the new
-    token on its open connections and goes on past the old one's expiry (no bookie replaced); a
+@pytest.mark.parametrize("transport", ["tcp", "grpc"])
+def test_an_open_connection_is_served_only_while_its_token_is_valid(cluster_factory, tmp_path, transport):
+    """A TCP connection (or gRPC add stream) does not outlive its token: a client whose token file
+    rotates sends the new token on its open connections and goes on past the old one's expiry (no bookie replaced); a
     client whose token is not renewed is refused once it expires (UnauthorizedAccessError, not a
     dead bookie), and the bookies hold nothing it wrote after."""
     sb = _secure_cluster(cluster_factory, tmp_path, bookies=2)
     token_file = tmp_path / "rotating-token"
     token_file.write_text(mint_token(SECRET, "rotating", "client", ttl_s=4))
     first_expiry_s = time.time() + 4
+    ways = {"bookie_add_transport": transport, "bookie_read_transport": transport}
     rotating = LedgerClient(sb.connect_string, config=ClientConfig(auth_token_file=str(token_file),
-                                                                   operation_timeout_ms=20_000))
-    fixed = _client(sb, mint_token(SECRET, "fixed", "client", ttl_s=4))
+                                                                   operation_timeout_ms=20_000, **ways))
+    fixed = _client(sb, mint_token(SECRET, "fixed", "client", ttl_s=4), **ways)
     with rotating, fixed:
         writers, readers = {}, {}
         for name, c in (("rotating", rotating), ("fixed", fixed)):   # connections open, tokens valid
