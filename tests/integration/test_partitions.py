@@ -31,6 +31,16 @@ def current_ensemble(c, ledger_id: int) -> list[str]:
     return md.ensembles[max(md.ensembles)]
 
 
+def start_writer(cluster, host, quorum: tuple[int, int, int], seconds: int, first_acks: int) -> tuple[Agent, int]:
+    """A writer agent inside ``host`` once it has ``first_acks`` acknowledged entries, and its ledger.
+    The threshold is drawn by the caller, once: drawn inside the wait, the seed's later draws would
+    depend on how often the wait looked, and a printed seed would not replay the schedule."""
+    e, qw, qa = quorum
+    writer = Agent(host, "write", cluster.connect_string, e, qw, qa, 1_000_000, seconds)
+    writer.wait_for(lambda a: len(a.acked()) >= first_acks, 120, "the first acks")
+    return writer, int(writer.events("ledger")[0][0])
+
+
 def fails_after(agent: Agent, index: int) -> int:
     return sum(1 for line in agent.lines[index:] if line.startswith("fail "))
 
@@ -43,9 +53,7 @@ def test_writer_cut_from_its_ensemble_while_a_reader_recovers(multihost, seed) -
     e, qw, qa = rng.choice(QUORUMS)
     cluster = multihost(6, bookie_hosts=5)
     faults, writer_host = cluster.hosts.faults, cluster.hosts[6]
-    writer = Agent(writer_host, "write", cluster.connect_string, e, qw, qa, 1_000_000, 60)
-    writer.wait_for(lambda a: len(a.acked()) >= rng.randint(10, 60), 120, "the first acks")
-    ledger_id = int(writer.events("ledger")[0][0])
+    writer, ledger_id = start_writer(cluster, writer_host, (e, qw, qa), 60, rng.randint(10, 60))
     c = client(cluster)
     try:
         ensemble = current_ensemble(c, ledger_id)
@@ -117,9 +125,7 @@ def test_asymmetric_partitions_during_recovery(multihost, seed) -> None:
     cluster = multihost(6, bookie_hosts=4)
     faults, hosts = cluster.hosts.faults, cluster.hosts
     writer_host, reader_host = hosts[5], hosts[6]
-    writer = Agent(writer_host, "write", cluster.connect_string, e, qw, qa, 1_000_000, 60)
-    writer.wait_for(lambda a: len(a.acked()) >= rng.randint(10, 40), 120, "the first acks")
-    ledger_id = int(writer.events("ledger")[0][0])
+    writer, ledger_id = start_writer(cluster, writer_host, (e, qw, qa), 60, rng.randint(10, 40))
     c = client(cluster)
     try:
         ensemble = current_ensemble(c, ledger_id)
@@ -158,9 +164,7 @@ def test_writer_cut_from_zookeeper_in_the_middle_of_an_ensemble_change(multihost
     e, qw, qa = rng.choice(QUORUMS)
     cluster = multihost(5, bookie_hosts=4)
     faults, hosts = cluster.hosts.faults, cluster.hosts
-    writer = Agent(hosts[5], "write", cluster.connect_string, e, qw, qa, 1_000_000, 30)
-    writer.wait_for(lambda a: len(a.acked()) >= rng.randint(10, 40), 120, "the first acks")
-    ledger_id = int(writer.events("ledger")[0][0])
+    writer, ledger_id = start_writer(cluster, hosts[5], (e, qw, qa), 30, rng.randint(10, 40))
     c = client(cluster)
     try:
         lost = rng.choice(current_ensemble(c, ledger_id))
@@ -197,7 +201,8 @@ def test_stream_writer_cut_off_and_a_second_writer_takes_over(multihost, seed) -
     try:
         ns = c.create_namespace("part", ensemble_size=3, write_quorum_size=3, ack_quorum_size=2)
         first = Agent(hosts[4], "stream-write", cluster.connect_string, "part", "s", "one", 1_000_000, 90)
-        first.wait_for(lambda a: len(a.events("rec")) >= rng.randint(5, 30), 120, "the first writer's acks")
+        first_acks = rng.randint(5, 30)   # drawn once (see start_writer)
+        first.wait_for(lambda a: len(a.events("rec")) >= first_acks, 120, "the first writer's acks")
         faults.partition([hosts[4]], [hosts[1], hosts[2], hosts[3]])
         faults.isolate_from([hosts[4]], hosts.gateway, cluster.zk_port)
         second = Agent(hosts[5], "stream-write", cluster.connect_string, "part", "s", "two", 40, 5)
@@ -307,9 +312,7 @@ def test_random_faults_against_writers_and_recoveries(multihost, seed) -> None:
     try:
         for round_no in range(4):
             e, qw, qa = rng.choice(QUORUMS)
-            writer = Agent(hosts[6], "write", cluster.connect_string, e, qw, qa, 1_000_000, 20)
-            writer.wait_for(lambda a: len(a.acked()) >= 5, 120, "the first acks")
-            ledger_id = int(writer.events("ledger")[0][0])
+            writer, ledger_id = start_writer(cluster, hosts[6], (e, qw, qa), 20, 5)
             for _ in range(rng.randint(2, 5)):
                 did = random_fault(rng, cluster, list(hosts))
                 print(f"round {round_no} ledger {ledger_id} E{e}/Qw{qw}/Qa{qa}: {did}")
