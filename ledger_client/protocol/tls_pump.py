@@ -17,7 +17,6 @@ import selectors
 import socket
 import ssl
 import threading
-from collections.abc import Callable
 
 log = logging.getLogger(__name__)
 BUFFER_BYTES_MAX = 1 << 20
@@ -58,11 +57,16 @@ class TlsPump(threading.Thread):
     def _pump(self, sel: selectors.BaseSelector) -> None:
         registered: dict[socket.socket, int] = {}
         while True:
-            self._move(self._read_tls, self._read_plain)
-            self._flush()
+            if not self._tls_eof:
+                self._tls_eof = _receive(self._tls, self._to_plain)
+            if not self._plain_eof:
+                self._plain_eof = _receive(self._plain, self._to_tls)
+            _send(self._tls, self._to_tls)
+            _send(self._plain, self._to_plain)
             if self._done():
                 return
-            for sock, events in ((self._tls, self._tls_events()), (self._plain, self._plain_events())):
+            for sock, events in ((self._tls, _events(self._tls_eof, self._to_plain, self._to_tls)),
+                                 (self._plain, _events(self._plain_eof, self._to_tls, self._to_plain))):
                 if registered.get(sock) != events:
                     if sock in registered:
                         sel.unregister(sock)
@@ -78,58 +82,41 @@ class TlsPump(threading.Thread):
         """Both directions finished: nothing more can arrive and everything was delivered."""
         return (self._tls_eof or self._plain_eof) and not self._to_plain and not self._to_tls
 
-    def _tls_events(self) -> int:
-        ev = 0
-        if not self._tls_eof and len(self._to_plain) < BUFFER_BYTES_MAX:
-            ev |= selectors.EVENT_READ
-        if self._to_tls:
-            ev |= selectors.EVENT_WRITE
-        return ev
 
-    def _plain_events(self) -> int:
-        ev = 0
-        if not self._plain_eof and len(self._to_tls) < BUFFER_BYTES_MAX:
-            ev |= selectors.EVENT_READ
-        if self._to_plain:
-            ev |= selectors.EVENT_WRITE
-        return ev
+# Either socket may say "not now": the TLS one also when OpenSSL needs the other direction first.
+_NOT_NOW = (ssl.SSLWantReadError, ssl.SSLWantWriteError, BlockingIOError)
 
-    def _move(self, *readers: Callable[[], None]) -> None:
-        for read in readers:
-            read()
 
-    def _read_tls(self) -> None:
-        while not self._tls_eof and len(self._to_plain) < BUFFER_BYTES_MAX:
-            try:
-                data = self._tls.recv(CHUNK_BYTES)   # also what OpenSSL already decrypted (pending)
-            except (ssl.SSLWantReadError, ssl.SSLWantWriteError, BlockingIOError):
-                return
-            if not data:
-                self._tls_eof = True
-                return
-            self._to_plain += data
+def _events(eof: bool, incoming: bytearray, outgoing: bytearray) -> int:
+    """What to wait for on one socket: reading while it is open and what it fills (`incoming`)
+    has room, writing while something waits to go out to it (`outgoing`)."""
+    ev = 0
+    if not eof and len(incoming) < BUFFER_BYTES_MAX:
+        ev |= selectors.EVENT_READ
+    if outgoing:
+        ev |= selectors.EVENT_WRITE
+    return ev
 
-    def _read_plain(self) -> None:
-        while not self._plain_eof and len(self._to_tls) < BUFFER_BYTES_MAX:
-            try:
-                data = self._plain.recv(CHUNK_BYTES)
-            except BlockingIOError:
-                return
-            if not data:
-                self._plain_eof = True
-                return
-            self._to_tls += data
 
-    def _flush(self) -> None:
-        while self._to_tls:
-            try:
-                n = self._tls.send(self._to_tls[:CHUNK_BYTES])
-            except (ssl.SSLWantReadError, ssl.SSLWantWriteError, BlockingIOError):
-                break
-            del self._to_tls[:n]
-        while self._to_plain:
-            try:
-                n = self._plain.send(self._to_plain)
-            except BlockingIOError:
-                break
-            del self._to_plain[:n]
+def _receive(sock: socket.socket, into: bytearray) -> bool:
+    """Read what `sock` has (for TLS also what OpenSSL already decrypted) into `into`, up to
+    BUFFER_BYTES_MAX; True at the end of its stream."""
+    while len(into) < BUFFER_BYTES_MAX:
+        try:
+            data = sock.recv(CHUNK_BYTES)
+        except _NOT_NOW:
+            return False
+        if not data:
+            return True
+        into += data
+    return False
+
+
+def _send(sock: socket.socket, buf: bytearray) -> None:
+    """Write as much of `buf` as `sock` takes now, a chunk at a time, and drop what went."""
+    while buf:
+        try:
+            n = sock.send(buf[:CHUNK_BYTES])
+        except _NOT_NOW:
+            return
+        del buf[:n]
