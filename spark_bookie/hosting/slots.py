@@ -483,26 +483,25 @@ class SlotRunner:
     def shutdown(self) -> None:
         self.report(STOPPING)
         if self.admin is not None:
-            try:
-                self.admin.stop()
-            except Exception:
-                log.exception("slot %d: stopping the HTTP admin failed", self.slot)
+            self._stop_logged("the HTTP admin", self.admin.stop)
             self.admin = None
             self.status.http_port = 0
         if self.recovery is not None:
-            try:
-                self.recovery.stop()
-            except Exception:
-                log.exception("slot %d: stopping the replication worker failed", self.slot)
+            self._stop_logged("the replication worker", self.recovery.stop)
             self.recovery = None
         if self.bookie is not None:
-            try:
-                self.bookie.stop(grace_s=self.cfg.stop_grace_ms / 1000)
-            except Exception:
-                log.exception("slot %d: stopping bookie %s failed", self.slot, self.status.bookie_id)
+            self._stop_logged(f"bookie {self.status.bookie_id}", self.bookie.stop,
+                              grace_s=self.cfg.stop_grace_ms / 1000)
             self.bookie = None
         self.status.registered = False
         self.report(STOPPED)
+
+    def _stop_logged(self, what: str, stop: Any, **kwargs: Any) -> None:
+        """Stop one part; a failure is logged, not raised: the parts after it must stop too."""
+        try:
+            stop(**kwargs)
+        except Exception:
+            log.exception("slot %d: stopping %s failed", self.slot, what)
 
 
 # ---------------------------------------------------------------------- the task
