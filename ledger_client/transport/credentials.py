@@ -21,10 +21,9 @@ import grpc
 
 from .. import errors
 from ..config import ClientConfig
+from ..protocol.auth_keys import BEARER, ROLE_KEY, TOKEN_KEY
 
 TOKEN_FILE_CHECK_S = 1.0
-METADATA_KEY = "authorization"
-ROLE_KEY = "x-spark-bookie-role"   # spark_bookie.server.auth.ROLE_KEY: the bookie checks the role asked
 
 
 @dataclass
@@ -70,7 +69,7 @@ class Credentials:
     def grpc_metadata(self) -> tuple[tuple[str, str], ...] | None:
         """Metadata for a gRPC call: the token as a bearer credential, or None."""
         token = self.token()
-        return ((METADATA_KEY, "Bearer " + token),) if token else None
+        return ((TOKEN_KEY, BEARER + token),) if token else None
 
     def role_metadata(self, role: str) -> tuple[tuple[str, str], ...]:
         """Metadata of a call the bookie must serve only for a token of `role`."""

@@ -26,17 +26,13 @@ from typing import Any
 import grpc
 import jwt
 
+from ledger_client.protocol.auth_keys import BEARER, ROLE_KEY, TOKEN_KEY
 from spark_bookie.errors import ConfigError, UnauthorizedError
 
 log = logging.getLogger(__name__)
 ROLES = ("client", "admin")
 ALGORITHMS = ("HS256", "RS256")
 CACHE_ENTRIES_MAX = 4096
-METADATA_KEY = "authorization"   # gRPC metadata key of the token (lower case, as gRPC wants)
-# A call carrying this key with value "admin" is served only for an admin token: how the shell's
-# destructive commands have a bookie confirm their caller's role before they act (docs/security.md).
-ROLE_KEY = "x-spark-bookie-role"
-BEARER = "Bearer "
 
 
 @dataclass(frozen=True)
@@ -164,6 +160,17 @@ class ConnectionAccess:
         return self._refusal
 
 
+def call_credentials(metadata: Any) -> tuple[str | None, bool]:
+    """(the token, whether the admin role is asked) of a gRPC call's invocation metadata."""
+    token, admin = None, False
+    for key, value in metadata or ():
+        if key == TOKEN_KEY:
+            token = bearer_token(value)
+        elif key == ROLE_KEY:
+            admin = value == "admin"
+    return token, admin
+
+
 def bearer_token(value: str | bytes | None) -> str | None:
     """The token of an `authorization` metadata value (`Bearer <token>`), or None."""
     if isinstance(value, bytes):
@@ -195,12 +202,7 @@ class TokenInterceptor(grpc.aio.ServerInterceptor):
     async def intercept_service(self, continuation: Callable[[Any], Awaitable[Any]],
                                 handler_call_details: Any) -> Any:
         handler = await continuation(handler_call_details)
-        token, admin = None, False
-        for key, value in handler_call_details.invocation_metadata or ():
-            if key == METADATA_KEY:
-                token = bearer_token(value)
-            elif key == ROLE_KEY:
-                admin = value == "admin"
+        token, admin = call_credentials(handler_call_details.invocation_metadata)
         try:
             self._verifier.verify(token, admin=admin)
             return handler

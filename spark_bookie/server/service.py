@@ -18,7 +18,7 @@ import grpc
 from ledger_client.protocol import bookkeeper_pb2 as pb
 from ledger_client.protocol import bookkeeper_pb2_grpc as pb_grpc
 from spark_bookie.errors import BookieError
-from spark_bookie.server.auth import METADATA_KEY, ConnectionAccess, TokenVerifier, bearer_token
+from spark_bookie.server.auth import ConnectionAccess, TokenVerifier, call_credentials
 from spark_bookie.server.processor import RequestProcessor, add_groups, batch_size, group_failures
 
 log = logging.getLogger(__name__)
@@ -115,11 +115,7 @@ class BookieServicer(pb_grpc.BookieServicer):
         """The token checks of one AddStream call (None: the bookie checks no tokens)."""
         if self._verifier is None:
             return None
-        token = None
-        for key, value in context.invocation_metadata() or ():
-            if key == METADATA_KEY:
-                token = bearer_token(value)
-        return ConnectionAccess(self._verifier, token)
+        return ConnectionAccess(self._verifier, call_credentials(context.invocation_metadata())[0])
 
     async def Read(self, request: pb.ReadRequest, context: Any) -> pb.ReadResponse:  # noqa: N802
         return await _guard(lambda: self._p.read(request), lambda s, d: pb.ReadResponse(
