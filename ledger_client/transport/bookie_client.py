@@ -472,9 +472,12 @@ class BookieClient:
 
     # ------------------------------------------------------------------ unary calls
 
-    def _call(self, method: Callable[..., Any], request: Any, timeout_s: float | None = None) -> Any:
+    def _call(self, method: Callable[..., Any], request: Any, timeout_s: float | None = None,
+              metadata: tuple[tuple[str, str], ...] | None = None) -> Any:
+        """A unary call with our token (or `metadata`), its failure as a client error."""
         try:
-            return method(request, timeout=timeout_s or self._timeout_s, metadata=self._creds.grpc_metadata())
+            return method(request, timeout=timeout_s or self._timeout_s,
+                          metadata=metadata if metadata is not None else self._creds.grpc_metadata())
         except grpc.RpcError as e:
             raise self.error_of(e) from e
 
@@ -584,11 +587,7 @@ class BookieClient:
     def confirm_role(self, role: str) -> None:
         """Have the bookie check that our token has `role` (UnauthorizedAccessError when not; a
         bookie without token checks confirms any caller: an open cluster has no roles)."""
-        try:
-            self._stub.GetBookieInfo(pb.BookieInfoRequest(), timeout=self._timeout_s,
-                                     metadata=self._creds.role_metadata(role))
-        except grpc.RpcError as e:
-            raise self.error_of(e) from e
+        self._call(self._stub.GetBookieInfo, pb.BookieInfoRequest(), metadata=self._creds.role_metadata(role))
 
     def close(self) -> None:
         with self._lock:

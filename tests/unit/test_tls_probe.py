@@ -8,6 +8,7 @@ import socket
 import ssl
 import threading
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -30,6 +31,7 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
             "client_key": client.key_path}
 
 
+@contextmanager
 def _serve(handle) -> Iterator[int]:
     """A listener on 127.0.0.1 whose connections `handle(conn)` serves, one thread each."""
     lsock = socket.create_server(("127.0.0.1", 0))
@@ -80,12 +82,12 @@ def _client(pki: dict[str, Path], ca: str = "ca", cert: bool = True) -> ssl.SSLC
 
 
 def test_a_server_that_takes_our_tls_is_not_a_refusal(pki):
-    for port in _serve(_tls_server(pki, require_client_cert=True)):
+    with _serve(_tls_server(pki, require_client_cert=True)) as port:
         assert tls_refusal("127.0.0.1", port, _client(pki)) is None
 
 
 def test_each_way_tls_can_be_refused_is_named(pki):
-    for port in _serve(_tls_server(pki, require_client_cert=True)):
+    with _serve(_tls_server(pki, require_client_cert=True)) as port:
         no_cert = tls_refusal("127.0.0.1", port, _client(pki, cert=False))
         assert no_cert is not None and "certificate" in no_cert
         untrusted = tls_refusal("127.0.0.1", port, _client(pki, ca="rogue_ca"))
@@ -104,7 +106,7 @@ def test_a_dead_or_plain_port_is_not_a_refusal(pki):
     def hang_up(conn: socket.socket) -> None:
         conn.close()
 
-    for plain in _serve(hang_up):   # accepts, then closes: a plaintext client has nothing to learn
+    with _serve(hang_up) as plain:   # accepts, then closes: a plaintext client has nothing to learn
         assert tls_refusal("127.0.0.1", plain, None) is None
         assert tls_refusal("127.0.0.1", plain, _client(pki)) is None
 
