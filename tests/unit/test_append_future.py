@@ -158,3 +158,61 @@ def test_a_failing_callback_is_logged_and_the_next_still_runs(caplog):
     f.set_result(3)
     assert seen == [3]
     assert "exception calling callback" in caplog.text
+
+
+def test_result_of_a_settled_future_takes_no_lock_and_builds_nothing():
+    """A pipelined writer reads every future's result; on a settled one that must cost what
+    done() costs, not a Condition per future."""
+    ok: AppendFuture[int] = AppendFuture()
+    ok.set_result(3)
+    bad: AppendFuture[int] = AppendFuture()
+    err = KeyError("gone")
+    bad.set_exception(err)
+    for _ in range(3):
+        assert ok.result() == 3 and ok.exception() is None
+        with pytest.raises(KeyError) as caught:
+            bad.result()
+        assert caught.value is err and bad.exception() is err
+    assert set(vars(ok)) == set(vars(bad)) == {"_state", "_result", "_exception"}
+
+
+def test_the_stock_future_internals_it_relies_on_are_still_there():
+    """The assumptions named in ledger_client/futures.py, checked against the pinned Python:
+    wait/as_completed/wrap_future drive a Future through these private names."""
+    import asyncio
+    import inspect
+    from concurrent.futures import _base
+
+    stock: futures.Future[int] = futures.Future()
+    assert {"_condition", "_state", "_result", "_exception", "_waiters", "_done_callbacks"} <= set(vars(stock))
+    assert (_base.RUNNING, _base.FINISHED) == ("RUNNING", "FINISHED")
+    for fn in (_base.wait, _base.as_completed, _base._AcquireFutures.__enter__):
+        src = inspect.getsource(fn)
+        assert "_condition" in src or "_waiters" in src or "_state" in src, fn
+    f: AppendFuture[int] = AppendFuture()
+
+    async def main() -> int:
+        wrapped = asyncio.wrap_future(f)
+        asyncio.get_running_loop().call_soon(f.set_result, 11)
+        return await wrapped
+
+    assert asyncio.run(main()) == 11
+
+
+@pytest.mark.parametrize("how", ["result", "wait", "as_completed", "callback"])
+def test_without_the_gil_every_future_takes_the_locked_path(how, seed, monkeypatch):
+    """On a free-threaded build (_LOCK_FREE false) the same races still never lose a wake-up."""
+    import ledger_client.futures as module
+
+    monkeypatch.setattr(module, "_LOCK_FREE", False)
+    rng = random.Random(seed)
+    for _ in range(100):
+        f: AppendFuture[int] = AppendFuture()
+        got: list[int] = []
+        start = threading.Barrier(2)
+        t = threading.Thread(target=_wait, args=(how, f, got, start, rng.randrange(2000)))
+        t.start()
+        start.wait()
+        f.set_result(5)
+        t.join(10)
+        assert got == [5] and f.result() == 5 and "_lazy_condition" in vars(f)
