@@ -31,7 +31,7 @@ from .. import errors
 from ..protocol import bookkeeper_pb2 as pb
 from ..protocol.add_framing import ADD_HELLO, add_batch_frame
 from .add_readers import DEFAULT_READERS, AddReaders
-from .bookie_client import TRANSPORT_FAILURE, AddStream, StreamLimits
+from .add_stream import TRANSPORT_FAILURE, AddStream, StreamLimits
 from .credentials import PresentedToken
 from .sockets import greet, shutdown
 

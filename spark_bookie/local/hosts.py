@@ -33,10 +33,11 @@ import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Protocol
+from typing import IO, Protocol
 
-if TYPE_CHECKING:
-    from spark_bookie.local.netfaults import Faults
+from spark_bookie.local.netcmd import HostsError
+from spark_bookie.local.netcmd import run_cmd as _run
+from spark_bookie.local.netfaults import Faults, FaultUnsupportedError
 
 log = logging.getLogger(__name__)
 
@@ -49,22 +50,10 @@ NETNS = "netns"
 LOOPBACK = "loopback"
 
 
-class HostsError(RuntimeError):
-    """The hosts could not be made or a command in one failed (the message shows its output)."""
-
-
 class Service(Protocol):
     """Something a host runs that can start again after the host was killed (a bookie, ...)."""
 
     def start(self) -> None: ...
-
-
-def _run(cmd: Sequence[str], *, stdin: str | None = None, check: bool = True,
-         timeout_s: float = 30.0) -> subprocess.CompletedProcess[str]:
-    proc = subprocess.run(list(cmd), input=stdin, capture_output=True, text=True, timeout=timeout_s)
-    if check and proc.returncode != 0:
-        raise HostsError(f"{' '.join(cmd)} failed ({proc.returncode}): {proc.stderr.strip() or proc.stdout.strip()}")
-    return proc
 
 
 def namespaces_unavailable() -> str | None:
@@ -246,8 +235,6 @@ class Hosts:
     def faults(self) -> Faults:
         """Partitions, loss, delay (spark_bookie.local.netfaults); FaultUnsupportedError on loopback."""
         if self._faults is None:
-            from spark_bookie.local.netfaults import FaultUnsupportedError
-
             raise FaultUnsupportedError(f"no faults on loopback hosts: {self.reason or 'not started'}")
         return self._faults
 
@@ -330,8 +317,6 @@ class Hosts:
             _run(["ip", "-n", netns, "link", "set", inner, "up"])
             _run(["ip", "-n", netns, "link", "set", "lo", "up"])
             self.hosts.append(Host(k, address, self._disk(k), netns))
-        from spark_bookie.local.netfaults import Faults
-
         self._faults = Faults(self)
 
     def kill(self, host: Host) -> None:

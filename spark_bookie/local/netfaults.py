@@ -22,7 +22,8 @@ import subprocess
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from spark_bookie.local.hosts import HostsError, _run
+from spark_bookie.local.netcmd import HostsError
+from spark_bookie.local.netcmd import run_cmd as _run
 
 if TYPE_CHECKING:
     from spark_bookie.local.hosts import Host, Hosts
