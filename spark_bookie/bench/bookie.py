@@ -168,8 +168,7 @@ def _hook_us_per_batch(batches: int = 50_000) -> float:
 # ---------------------------------------------------------------------- bench bookie
 
 def bench_bookie(args: argparse.Namespace) -> int:
-    from spark_bookie.storage.journal import measure as journal_measure
-    from spark_bookie.storage.ledger_storage import measure as storage_measure
+    from spark_bookie.bench.storage_measure import journal_measure, storage_measure
 
     entries = 20_000 if args.quick else args.entries
     base = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="bench-bookie-"))

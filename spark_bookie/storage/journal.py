@@ -29,15 +29,13 @@ import logging
 import mmap
 import os
 import re
-import shutil
 import struct
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import google_crc32c
 
@@ -577,45 +575,3 @@ class Journal:
             jf.close(truncate=self._failed is None)
         except OSError as e:
             log.warning("closing journal file %s: %s", jf.path, e)
-
-
-def measure(journal_dir: str | Path, records: int = 50_000, record_bytes: int = 1024, batch: int = 128,
-            **journal_kwargs: Any) -> dict[str, float]:
-    """Durable adds/s and MB/s through a fresh journal in a temporary subdirectory of `journal_dir`.
-
-    Submits from one thread without waiting (as the gRPC server does) and stops the clock when the
-    last callback has run, so the figure includes encoding, writing and every fdatasync.
-    """
-    Path(journal_dir).mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix="measure-", dir=journal_dir))
-    payload = os.urandom(record_bytes)
-    done = threading.Semaphore(0)
-    errors: list[BaseException] = []
-
-    def callback(err: BaseException | None) -> None:
-        if err is not None:
-            errors.append(err)
-        done.release()
-
-    journal = Journal(work, **journal_kwargs)
-    try:
-        journal.start()
-        submits = 0
-        t0 = time.perf_counter()
-        for first in range(0, records, batch):
-            last = min(first + batch, records)
-            recs = [JournalRecord(RecordType.ADD, 1, e, payload) for e in range(first, last)]
-            journal.submit(recs, callback)
-            submits += 1
-        for _ in range(submits):
-            done.acquire()
-        elapsed = time.perf_counter() - t0
-        syncs = journal.groups_synced
-    finally:
-        journal.stop()
-        shutil.rmtree(work, ignore_errors=True)
-    if errors:
-        raise errors[0]
-    return {"records": records, "record_bytes": record_bytes, "batch": batch, "seconds": elapsed,
-            "adds_per_s": records / elapsed, "mb_per_s": records * record_bytes / elapsed / 1e6,
-            "fsyncs": syncs, "records_per_fsync": records / max(syncs, 1)}

@@ -23,16 +23,15 @@ LAC) are memory-only until the next flush; the journal covers them in between.
 from __future__ import annotations
 
 import logging
-import random
 import shutil
 import threading
-import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from ledger_client.protocol.checks import invariant
 from spark_bookie.errors import DiskFullError, NoEntryError, NoLedgerError, StorageIOError
+from spark_bookie.storage.block_walk import BlockWalk
 from spark_bookie.storage.caches import ReadCache, WriteCache
 from spark_bookie.storage.entry_log import (
     DecodedBlock,
@@ -412,7 +411,7 @@ class LedgerStorage:
             return out
         if first < 0:
             raise NoEntryError(f"ledger {ledger_id} has no entry {first}")
-        walk = _BlockWalk(self, ledger_id)
+        walk = BlockWalk(ledger_id, self._cached, self._disk_lookup)
         total = 0
         for eid in range(first, last + 1):
             body = walk.body(eid)
@@ -430,7 +429,7 @@ class LedgerStorage:
         skipped, and the answer stops before `max_bytes` would be passed (the first entry found is
         returned even if larger). NoEntryError if none of them is held."""
         self._state(ledger_id)
-        walk = _BlockWalk(self, ledger_id)
+        walk = BlockWalk(ledger_id, self._cached, self._disk_lookup)
         ids: list[int] = []
         out: list[bytes] = []
         total = 0
@@ -577,110 +576,6 @@ class LedgerStorage:
 def _check_id(value: int, what: str) -> None:
     if not 0 <= value <= _ID_MAX:
         raise ValueError(f"{what} id {value} is out of range 0..2^63-1")
-
-
-# ---------------------------------------------------------------------- benchmark helper
-_WORDS = (
-    "ledger entry bookie journal fence quorum ensemble write read offset block index value key "
-    "spark executor stream segment record payload timestamp user event session click view id "
-    'alpha beta gamma delta epsilon true false null 0 1 2 3 4 5 6 7 8 9 { } [ ] : , "'
-).split()
-
-
-def _payload_pool(size: int, seed: int) -> bytes:
-    """Text-like bytes (random words, roughly JSON-ish): compressible, but not by repetition."""
-    rng = random.Random(seed)
-    words = rng.choices(_WORDS, k=size // 5 + 16)
-    return " ".join(words).encode()[:size]
-
-
-def measure(
-    ledger_dir: str | Path,
-    entries: int = 50_000,
-    entry_bytes: int = 1024,
-    compression: str = "none",
-    *,
-    block_bytes: int = 64 << 10,
-) -> dict[str, float | int | str]:
-    """Write+flush throughput, bytes on disk and sequential read-back throughput for one setting.
-
-    Reads happen after a close/reopen (empty read cache, page cache warm), through get_range
-    in 4 MiB batches, and are checked byte for byte against what was written.
-    """
-    pool = _payload_pool(max(4 << 20, entry_bytes * 2), seed=7)
-    rng = random.Random(11)
-    span = len(pool) - entry_bytes
-    bodies = [pool[o : o + entry_bytes] for o in (rng.randrange(span) for _ in range(entries))]
-    storage = LedgerStorage(ledger_dir, compression=compression, entry_log_block_bytes=block_bytes)
-    storage.open()
-    storage.set_master_key(1, b"k")
-    t0 = time.perf_counter()
-    for i, body in enumerate(bodies):
-        storage.add_entry(1, i, body)
-    t1 = time.perf_counter()
-    storage.flush()
-    t2 = time.perf_counter()
-    log_bytes = storage.entry_logger.total_bytes()
-    storage.close()
-    storage.open()
-    t3 = time.perf_counter()
-    got = 0
-    while got < entries:
-        batch = storage.get_range(1, got, entries - 1, 4 << 20)
-        invariant(batch[0] == bodies[got] and batch[-1] == bodies[got + len(batch) - 1], "read-back mismatch")
-        got += len(batch)
-    t4 = time.perf_counter()
-    storage.close()
-    raw = entries * entry_bytes
-    return {
-        "compression": compression,
-        "entries": entries,
-        "entry_bytes": entry_bytes,
-        "add_us_per_entry": (t1 - t0) / entries * 1e6,
-        "flush_s": t2 - t1,
-        "write_entries_per_s": entries / (t2 - t0),
-        "write_mib_per_s": raw / (t2 - t0) / (1 << 20),
-        "bytes_on_disk": log_bytes,
-        "disk_to_raw_ratio": log_bytes / raw,
-        "read_entries_per_s": entries / (t4 - t3),
-        "read_mib_per_s": raw / (t4 - t3) / (1 << 20),
-    }
-
-
-class _BlockWalk:
-    """Reads ascending entry ids of one ledger (get_range, get_entries): the decoded block of the
-    last disk lookup is looked ahead in before the write caches and the index are asked. A block
-    holds a ledger's entries in ascending order (a striped ledger's on one bookie are not
-    consecutive), and entries are immutable, so any stored copy is the entry."""
-
-    __slots__ = ("_storage", "_lid", "_lids", "_eids", "_bodies", "_nxt")
-
-    def __init__(self, storage: LedgerStorage, ledger_id: int) -> None:
-        self._storage = storage
-        self._lid = ledger_id
-        self._lids: tuple[int, ...] = ()
-        self._eids: tuple[int, ...] = ()
-        self._bodies: tuple[bytes, ...] = ()
-        self._nxt = 0
-
-    def body(self, entry_id: int) -> bytes | None:
-        """The entry's body, or None if this bookie does not hold it."""
-        lid, lids, eids, n = self._lid, self._lids, self._eids, self._nxt
-        while n < len(eids) and lids[n] == lid and eids[n] < entry_id:
-            n += 1
-        if n < len(eids) and lids[n] == lid and eids[n] == entry_id:
-            self._nxt = n + 1
-            return self._bodies[n]
-        self._nxt = n
-        cached = self._storage._cached(lid, entry_id)
-        if cached is not None:
-            return cached
-        found = self._storage._disk_lookup(lid, entry_id)
-        if found is None:
-            return None
-        block, slot = found
-        self._lids, self._eids, self._bodies, self._nxt = block.ledger_ids, block.entry_ids, block.bodies, slot + 1
-        return block.bodies[slot]
 
 
 def _record_bytes_by_ledger(block: Sequence[tuple[int, int, bytes]]) -> list[tuple[int, int]]:

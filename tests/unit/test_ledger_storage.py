@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from spark_bookie.bench.storage_measure import storage_measure as measure
 from spark_bookie.errors import CorruptDataError, NoEntryError, NoLedgerError, StorageIOError
 from spark_bookie.storage.entry_log import FILE_HEADER
-from spark_bookie.storage.ledger_storage import LedgerStorage, measure
+from spark_bookie.storage.ledger_storage import LedgerStorage
 
 pytestmark = pytest.mark.unit
 
