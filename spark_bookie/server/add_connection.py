@@ -25,8 +25,9 @@ from google.protobuf.message import DecodeError
 from ledger_client.protocol import bookkeeper_pb2 as pb
 from ledger_client.protocol.add_framing import FrameError, frame, next_frame
 from ledger_client.protocol.sockets import shutdown
+from spark_bookie.server.adds import add_groups, batch_size, group_failures
 from spark_bookie.server.auth import ConnectionAccess
-from spark_bookie.server.processor import RequestProcessor, add_groups, batch_size, group_failures
+from spark_bookie.server.processor import RequestProcessor
 
 log = logging.getLogger(__name__)
 RECV_BYTES = 1 << 16

@@ -25,10 +25,10 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
 from itertools import pairwise
-from typing import NamedTuple, TypeVar, cast
+from typing import TypeVar
 
 from ledger_client.protocol import bookkeeper_pb2 as pb
-from ledger_client.protocol.framing import HEADER, HEADER_BYTES, FramingError, parse_header
+from ledger_client.protocol.framing import FramingError, parse_header
 from spark_bookie.errors import (
     BadRequestError,
     BookieError,
@@ -39,6 +39,15 @@ from spark_bookie.errors import (
     TooManyRequestsError,
     UnauthorizedError,
 )
+from spark_bookie.server.adds import (
+    AddGroup,
+    BatchAnswer,
+    Reply,
+    accept_bodies,
+    add_groups,
+    check_group_shape,
+    group_failures,
+)
 from spark_bookie.server.config import BookieConfig
 from spark_bookie.server.lac import LacTracker
 from spark_bookie.server.metrics import BookieMetrics
@@ -48,8 +57,6 @@ from spark_bookie.storage.ledger_storage import LedgerStorage
 log = logging.getLogger(__name__)
 MASTER_KEY_BYTES = 20
 
-# (request ids now durable, answers for adds that failed): one call per batch.
-Reply = Callable[[list[int], list[pb.AddResponse]], None]
 T = TypeVar("T")
 
 
@@ -109,70 +116,21 @@ class RequestProcessor:
 
     # ------------------------------------------------------------------ adds
 
-    def _check_body(self, lid: int, eid: int, body: bytes) -> int:
-        """Validate one add before anything is written; returns the LAC its header piggybacks."""
-        if eid < 0:
-            raise BadRequestError(f"ledger and entry ids must be >= 0 (got {lid}/{eid})")
-        if len(body) > self._cfg.entry_size_bytes_max:
-            raise BadRequestError(f"entry {lid}/{eid} is {len(body)} bytes, over the limit of "
-                                  f"{self._cfg.entry_size_bytes_max} (entry_size_bytes_max)")
-        try:
-            hlid, heid, hlac, _length = parse_header(body)
-        except FramingError as e:
-            raise BadRequestError(str(e)) from e
-        if hlid != lid or heid != eid:
-            raise BadRequestError(f"body header names entry {hlid}/{heid}, request names {lid}/{eid}")
-        return hlac
-
-    def _check_group(self, g: AddGroup, records: list[JournalRecord]) -> None:
-        """What holds for the whole group: shape, ids, key, fencing (raises for all of its adds)."""
-        if not len(g.entry_ids) == len(g.request_ids) == len(g.bodies):
-            raise BadRequestError(f"ledger {g.ledger_id}: {len(g.entry_ids)} entry ids, {len(g.request_ids)} "
-                                  f"request ids and {len(g.bodies)} bodies do not line up")
-        if g.ledger_id < 0:
-            raise BadRequestError(f"ledger and entry ids must be >= 0 (got ledger {g.ledger_id})")
-        self._check_key(g.ledger_id, g.master_key, records)
-        if g.flag != pb.RECOVERY_ADD and self._storage.is_fenced(g.ledger_id):
-            raise FencedError(f"ledger {g.ledger_id} is fenced")
-
-    def _accept_group(self, g: AddGroup, records: list[JournalRecord], ok_ids: list[int],
-                      failures: list[pb.AddResponse]) -> int:
+    def _accept_group(self, g: AddGroup, answer: BatchAnswer) -> int:
         """Validate and apply one ledger's adds of a batch (one key check and one storage lock for
-        the lot); returns the highest piggybacked LAC among the accepted ones."""
-        lid = g.ledger_id
+        the lot); returns the highest piggybacked LAC among the accepted ones (-2: none)."""
         try:
-            self._check_group(g, records)
+            check_group_shape(g)
+            self._check_key(g.ledger_id, g.master_key, answer.records)
+            if g.flag != pb.RECOVERY_ADD and self._storage.is_fenced(g.ledger_id):
+                raise FencedError(f"ledger {g.ledger_id} is fenced")
         except BookieError as e:
-            failures.extend(group_failures(g, e.status, str(e)))
+            answer.failures.extend(group_failures(g, e.status, str(e)))
             return -2
-        entries: list[tuple[int, bytes]] = []
-        top_lac = -2
-        add_record, add_ok, add_entry = records.append, ok_ids.append, entries.append
-        # _check_body's rules inlined for the adds that pass them (all but a bad client's): this
-        # loop runs for every add, and the call, and building each record through NamedTuple's
-        # __new__, were a third of it. An add that fails the fast test goes through
-        # _check_body for its precise error.
-        size_max, unpack, new_record = self._cfg.entry_size_bytes_max, HEADER.unpack_from, tuple.__new__
-        add = RecordType.ADD
-        for eid, rid, body in zip(g.entry_ids, g.request_ids, g.bodies, strict=True):
-            if eid >= 0 and HEADER_BYTES <= len(body) <= size_max:
-                hlid, heid, hlac, _length = unpack(body)
-                fast = hlid == lid and heid == eid
-            else:
-                fast = False
-            if not fast:
-                try:
-                    hlac = self._check_body(lid, eid, body)
-                except BookieError as e:
-                    failures.append(_failure(lid, eid, rid, e.status, str(e)))
-                    continue
-            add_entry((eid, body))
-            add_record(new_record(JournalRecord, (add, lid, eid, body)))
-            add_ok(rid)
-            if hlac > top_lac:
-                top_lac = hlac
+        entries, top_lac = accept_bodies(g, self._cfg.entry_size_bytes_max, answer.records, answer.ok_ids,
+                                         answer.failures)
         if entries:
-            self._storage.add_entries(lid, entries)
+            self._storage.add_entries(g.ledger_id, entries)
         return top_lac
 
     def process_adds(self, batch: pb.AddBatch, reply: Reply, flush: Callable[[], None] | None = None) -> None:
@@ -192,33 +150,28 @@ class RequestProcessor:
         nbytes = sum(sum(map(len, g.bodies)) for g in groups)
         if self._metrics is not None:
             reply = _metered(reply, self._metrics, time.perf_counter(), nbytes)
+        answer = BatchAnswer(groups, reply, flush, self._loop)
         if self._read_only() or not self._has_room(nbytes):
-            _answer_now(reply, flush, [], [f for g in groups for f in group_failures(
+            answer.answer_now([f for g in groups for f in group_failures(
                 g, pb.EREADONLY, "bookie is read-only (disk usage above threshold, or its reserves reached)")])
             return
-        failures: list[pb.AddResponse] = []
-        records: list[JournalRecord] = []
-        ok_ids: list[int] = []
+        refused = self._apply(answer)
+        if refused is not None:
+            answer.finish(refused)
+            if flush is not None:
+                flush()
+        elif not answer.records:
+            answer.answer_now(answer.failures)
+        elif flush is not None:
+            self._journal.commit_here()  # outside _apply_lock: others' adds queue meanwhile
+
+    def _apply(self, answer: BatchAnswer) -> StorageIOError | None:
+        """Check and store every group, publish the LACs they carry, submit the journal records:
+        one step under _apply_lock. Returns the journal's refusal, if it refused them."""
         lacs: dict[int, int] = {}
-
-        def finish(exc: BaseException | None) -> Callable[[], None] | None:
-            if exc is not None:
-                detail = f"journal write failed: {exc}"
-                accepted = set(ok_ids)
-                failures.extend(f for g in groups for f in group_failures(g, pb.EIO, detail)
-                                if f.request_id in accepted)
-                reply([], failures)
-                return flush
-            reply(ok_ids, failures)
-            return flush
-
-        def on_loop(exc: BaseException | None) -> None:
-            self._loop.call_soon_threadsafe(finish, exc)
-
-        refused: StorageIOError | None = None
         with self._apply_lock:
-            for g in groups:
-                lac = self._accept_group(g, records, ok_ids, failures)
+            for g in answer.groups:
+                lac = self._accept_group(g, answer)
                 if lac > lacs.get(g.ledger_id, -2):
                     lacs[g.ledger_id] = lac
             # The LAC an entry carries names entries its writer was already told are durable (on
@@ -228,19 +181,13 @@ class RequestProcessor:
             for lid, lac in lacs.items():
                 if lac >= -1:
                     self.lac.advance(lid, lac)
-            if records:  # with a flush the caller is a connection's thread: it may commit itself
+            if answer.records:  # with a flush the caller is a connection's thread: it may commit itself
+                done = answer.finish if answer.flush is not None else answer.finish_on_loop
                 try:
-                    self._journal.submit(records, finish if flush is not None else on_loop, wake=flush is None)
+                    self._journal.submit(answer.records, done, wake=answer.flush is None)
                 except StorageIOError as e:
-                    refused = e
-        if refused is not None:
-            finish(refused)
-            if flush is not None:
-                flush()
-        elif not records:
-            _answer_now(reply, flush, [], failures)
-        elif flush is not None:
-            self._journal.commit_here()  # outside _apply_lock: others' adds queue meanwhile
+                    return e
+        return None
 
     # ------------------------------------------------------------------ fencing and LAC
 
@@ -408,13 +355,6 @@ def _metered(reply: Reply, metrics: BookieMetrics, started: float, nbytes: int) 
     return answer
 
 
-def _answer_now(reply: Reply, flush: Callable[[], None] | None, ok: list[int],
-                failures: list[pb.AddResponse]) -> None:
-    reply(ok, failures)
-    if flush is not None:
-        flush()
-
-
 def _settle(fut: asyncio.Future[None], exc: BaseException | None) -> None:
     if fut.done():
         return
@@ -422,49 +362,3 @@ def _settle(fut: asyncio.Future[None], exc: BaseException | None) -> None:
         fut.set_result(None)
     else:
         fut.set_exception(StorageIOError(f"journal write failed: {exc}"))
-
-
-def _failure(ledger_id: int, entry_id: int, request_id: int, status: int, detail: str) -> pb.AddResponse:
-    return pb.AddResponse(status=cast(pb.StatusCode, status), ledger_id=ledger_id, entry_id=entry_id,
-                          request_id=request_id, detail=detail)
-
-
-class AddGroup(NamedTuple):
-    """Adds of one ledger with one key and flag, column-wise (what pb.LedgerAdds carries)."""
-
-    ledger_id: int
-    flag: int
-    master_key: bytes
-    entry_ids: list[int]
-    request_ids: list[int]
-    bodies: list[bytes]
-
-
-def add_groups(batch: pb.AddBatch) -> list[AddGroup]:
-    """The batch's adds as groups: packed LedgerAdds as they are, one-per-message adds grouped."""
-    groups = [AddGroup(g.ledger_id, g.flag, g.master_key, list(g.entry_ids), list(g.request_ids), list(g.bodies))
-              for g in batch.ledger_adds]
-    singles: dict[tuple[int, int, bytes], AddGroup] = {}
-    for a in batch.adds:
-        k = (a.ledger_id, a.flag, a.master_key)
-        g = singles.get(k)
-        if g is None:
-            g = singles[k] = AddGroup(a.ledger_id, a.flag, a.master_key, [], [], [])
-            groups.append(g)
-        g.entry_ids.append(a.entry_id)
-        g.request_ids.append(a.request_id)
-        g.bodies.append(a.body)
-    return groups
-
-
-def group_failures(g: AddGroup, status: int, detail: str) -> list[pb.AddResponse]:
-    """One answer per request id of the group (an add is a request id; a malformed group may have
-    fewer entry ids, which are then reported as -1)."""
-    eids = g.entry_ids
-    return [_failure(g.ledger_id, eids[i] if i < len(eids) else -1, rid, status, detail)
-            for i, rid in enumerate(g.request_ids)]
-
-
-def batch_size(batch: pb.AddBatch) -> int:
-    """How many adds (request ids) a batch carries, in both forms: each gets exactly one answer."""
-    return len(batch.adds) + sum(len(g.request_ids) for g in batch.ledger_adds)

@@ -18,8 +18,9 @@ import grpc
 from ledger_client.protocol import bookkeeper_pb2 as pb
 from ledger_client.protocol import bookkeeper_pb2_grpc as pb_grpc
 from spark_bookie.errors import BookieError
+from spark_bookie.server.adds import add_groups, batch_size, group_failures
 from spark_bookie.server.auth import ConnectionAccess, TokenVerifier, call_credentials
-from spark_bookie.server.processor import RequestProcessor, add_groups, batch_size, group_failures
+from spark_bookie.server.processor import RequestProcessor
 
 log = logging.getLogger(__name__)
 R = TypeVar("R")
