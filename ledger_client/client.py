@@ -196,12 +196,32 @@ class LedgerClient:
             (self.metrics.recovery_opens if recovery else self.metrics.opens).inc()
         if recovery and md.state is not LedgerState.CLOSED:
             md = LedgerRecovery(self, md, digester, key).run()
+        return self._reader(md, digester)
+
+    def open_ledger_admin(self, ledger_id: int) -> ReadHandle:
+        """BookKeeper's administrative open (BookKeeperAdmin's openLedgerNoRecovery): no password,
+        no fencing, for tools that checked their caller's admin role themselves (the HTTP admin
+        API's ledger/read). The metadata keeps the password's hash, never the password, and the
+        bookies serve reads without either, so the digests that take no password (CRC32, CRC32C,
+        DUMMY) are checked as on any read. An HMAC digest is keyed by the password:
+        UnauthorizedAccessError saying so (open_ledger with the password reads it)."""
+        self._check_open()
+        md = self.ledger_metadata(ledger_id)
+        if md.digest_type is DigestType.HMAC:
+            raise errors.UnauthorizedAccessError(
+                f"ledger {ledger_id} has an HMAC digest, keyed by its password, which the metadata does "
+                "not keep: open it with its password")
+        if self.metrics is not None:
+            self.metrics.opens.inc()
+        return self._reader(md, Digester(md.digest_type, b""))
+
+    def _reader(self, md: LedgerMetadata, digester: Digester) -> ReadHandle:
         handle = ReadHandle(self, md, digester)
         if md.state is not LedgerState.CLOSED:
             try:
                 handle.read_last_add_confirmed()
             except errors.LedgerError as e:
-                log.info("ledger %d opened without a LAC (%s)", ledger_id, e)
+                log.info("ledger %d opened without a LAC (%s)", md.ledger_id, e)
         return handle
 
     def delete_ledger(self, ledger_id: int) -> None:

@@ -58,7 +58,7 @@ def serve_bookie(bookie: Bookie, port: int, autorecovery: AutoRecovery | None = 
     cfg = bookie.config
     config = redacted({f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg) if f.name != "extra"})
     ctx = AdminContext(cfg.zk_connect, registry, bookie=bookie, autorecovery=autorecovery, config=config,
-                       client_config=_client_config(cfg))
+                       client_config=_client_config(cfg), verifier=bookie.token_verifier)
     guard = token_guard(bookie.token_verifier) if bookie.token_verifier is not None else None
     tls = socket_context(cfg)   # the gRPC port's certificate and rules serve the admin port too
     server = AdminServer(host or cfg.host, port, build_routes(ctx), registry, guard, tls)

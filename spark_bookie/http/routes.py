@@ -35,8 +35,10 @@ from spark_bookie.http.server import Request, Response, Routes
 
 if TYPE_CHECKING:
     from ledger_client import ClientConfig, LedgerClient
+    from ledger_client.read_handle import ReadHandle
     from metadata import LedgerMetadata
     from recovery import AutoRecovery
+    from spark_bookie.server.auth import TokenVerifier
     from spark_bookie.server.bookie import Bookie
 
 log = logging.getLogger(__name__)
@@ -55,6 +57,7 @@ class AdminContext:
     config: Mapping[str, object] = field(default_factory=dict)
     ready: Callable[[], bool] | None = None  # overrides is_ready's rule (the Spark driver: hosting job running)
     client_config: ClientConfig | None = None  # credentials of the ledger client (secured clusters)
+    verifier: TokenVerifier | None = None  # the process's token checks (None: it checks none)
     _client: LedgerClient | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
     decommissions: dict[str, threading.Thread] = field(default_factory=dict)
@@ -72,6 +75,17 @@ class AdminContext:
             if self._client is not None:
                 self._client.close()
                 self._client = None
+
+    def require_admin(self, req: Request, what: str) -> None:
+        """ApiError unless the caller holds the admin role. A port that checks no tokens answers
+        everyone only when its cluster is open: if its own client carries a token, the bookies
+        check tokens, and a caller nobody checked gets 403."""
+        from spark_bookie.http.security import require_admin
+
+        cfg = self.client_config
+        if self.verifier is None and cfg is not None and (cfg.auth_token or cfg.auth_token_file):
+            raise ApiError(403, f"{what} takes the admin role, and this admin port checks no tokens")
+        require_admin(self.verifier, req, what)
 
     def need_bookie(self) -> Bookie:
         if self.bookie is None:
@@ -257,20 +271,36 @@ def ledger_metadata(ctx: AdminContext, req: Request) -> Response:
 def ledger_read(ctx: AdminContext, req: Request) -> Response:
     """``{entry id: payload}`` from ``start_entry_id`` (0) to ``end_entry_id`` (the last
     confirmed), at most 1,000; a payload that is not printable UTF-8 comes as ``hex:...``. The
-    ledger is not fenced (a live writer goes on); ``password`` is the ledger's (default empty)."""
+    ledger is not fenced (a live writer goes on). With ``password``, the ledger opens as for any
+    client (403 if it is wrong); without, a ledger whose password is empty opens for any caller,
+    and any other only for the admin role (BookKeeper's administrative open), see _open_to_read."""
     lid = int_param(req.params, "ledger_id")
     first = int_param(req.params, "start_entry_id", default=0)
     last_asked = int_param(req.params, "end_entry_id", default=-1, minimum=-1)
     if last_asked != -1 and last_asked < first:
         raise ApiError(400, f"end_entry_id {last_asked} is before start_entry_id {first}")
-    password = req.params.get("password", "").encode()
-    handle = _ledger_errors(lid, lambda: ctx.client().open_ledger(lid, password=password, recovery=False))
+    handle = _open_to_read(ctx, req, lid)
     lac = handle.last_add_confirmed
     last = min(lac if last_asked == -1 else last_asked, lac, first + READ_ENTRIES_MAX - 1)
     if first > last:
         return Response.json({})
     entries = _ledger_errors(lid, lambda: handle.read(first, last))
     return Response.json({str(e.entry_id): _render(e.data) for e in entries})
+
+
+def _open_to_read(ctx: AdminContext, req: Request, lid: int) -> ReadHandle:
+    """The administrative open reads with no password: the metadata keeps only the password's
+    hash, and the bookies serve reads without it. So it is an admin's call on a cluster that
+    checks tokens; an HMAC ledger (its digest is keyed by the password) still needs ``password``."""
+    client = ctx.client()
+    password = req.params.get("password")
+    if password is not None:
+        return _ledger_errors(lid, lambda: client.open_ledger(lid, password=password.encode(), recovery=False))
+    md = _ledger_errors(lid, lambda: client.ledger_metadata(lid))
+    if md.password_matches(b""):
+        return _ledger_errors(lid, lambda: client.open_ledger(lid, password=b"", recovery=False))
+    ctx.require_admin(req, f"reading ledger {lid} without its password")
+    return _ledger_errors(lid, lambda: client.open_ledger_admin(lid))
 
 
 def _render(data: bytes) -> str:

@@ -5,6 +5,8 @@ bookie's own TokenVerifier: reading calls (GET) need a valid token of either rol
 (gc, decommission, ledger delete: PUT, POST, DELETE) the `admin` role. A missing or bad token gets
 401, a `client` token on an admin call 403. /heartbeat, /metrics and /api/v1/bookie/is_ready stay
 open: health checks and Prometheus scrapes carry no token (and reveal no ledger data).
+Reading a ledger without its password (ledger/read's administrative open) is an admin call too:
+the route asks require_admin, since only it knows whether the ledger has a password.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from spark_bookie.http.server import Guard, Request
 from spark_bookie.server.auth import AuthError, RoleError, TokenVerifier, bearer_token
 from spark_bookie.server.tls import ReloadingContext
 
-__all__ = ["ReloadingContext", "redacted", "token_guard"]
+__all__ = ["ReloadingContext", "redacted", "require_admin", "token_guard"]
 
 OPEN_PATHS = frozenset({"/heartbeat", "/metrics", "/api/v1/bookie/is_ready"})
 READ_METHODS = frozenset({"GET", "HEAD"})
@@ -32,6 +34,19 @@ def token_guard(verifier: TokenVerifier) -> Guard:
         except AuthError as e:
             raise ApiError(401, str(e)) from e
     return guard
+
+
+def require_admin(verifier: TokenVerifier | None, req: Request, what: str) -> None:
+    """ApiError 403 unless ``req`` carries an admin token (401 for a missing or bad one); a
+    process that checks no tokens (``verifier`` None: an open cluster) lets everyone through."""
+    if verifier is None:
+        return
+    try:
+        verifier.verify(bearer_token(req.authorization), admin=True)
+    except RoleError as e:
+        raise ApiError(403, f"{what} takes the admin role: {e}") from e
+    except AuthError as e:
+        raise ApiError(401, str(e)) from e
 
 
 def redacted(config: dict[str, object]) -> dict[str, object]:
