@@ -25,7 +25,7 @@ import socket
 import threading
 from collections.abc import Callable
 
-from ..protocol.add_framing import next_frame
+from ..protocol.tcp_framing import next_frame
 
 log = logging.getLogger(__name__)
 

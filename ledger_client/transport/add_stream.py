@@ -17,7 +17,7 @@ from typing import Any, Protocol, cast
 
 from .. import errors
 from ..protocol import bookkeeper_pb2 as pb
-from ..protocol.add_framing import AddColumns
+from ..protocol.tcp_framing import AddColumns
 
 TRANSPORT_FAILURE = -1  # the status reported for adds whose stream to the bookie broke
 

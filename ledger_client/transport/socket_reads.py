@@ -1,5 +1,5 @@
 """Range and listed reads of one bookie over its TCP port (a connection opened with READ_HELLO,
-see spark_bookie.server.add_listener): the answers that carry the most bytes. On gRPC they cost the
+see spark_bookie.server.tcp_listener): the answers that carry the most bytes. On gRPC they cost the
 client ~1.5 ms of CPU per MB and the bookie ~3.2 (here: 1.2 and 2.7), and gRPC's threads
 competed for the GIL with the work around them (a re-replication used over a quarter more CPU).
 
@@ -24,7 +24,7 @@ from google.protobuf.message import DecodeError
 
 from .. import errors
 from ..protocol import bookkeeper_pb2 as pb
-from ..protocol.add_framing import READ_HELLO, FrameError, frame, read_frames
+from ..protocol.tcp_framing import READ_HELLO, FrameError, frame, read_frames
 from .credentials import PresentedToken
 from .sockets import greet, shutdown
 

@@ -1,5 +1,5 @@
-"""Adds to one bookie over its TCP add listener (spark_bookie.server.add_listener, framing in
-ledger_client.protocol.add_framing): the same batches and answers as the gRPC AddStream at a
+"""Adds to one bookie over its TCP add listener (spark_bookie.server.tcp_listener, framing in
+ledger_client.protocol.tcp_framing): the same batches and answers as the gRPC AddStream at a
 fraction of the CPU per message, which is what decides latency when appends arrive one by one.
 
 A sender thread per connection resolves the bookie's add port, connects, then writes what
@@ -29,7 +29,7 @@ from collections.abc import Callable
 
 from .. import errors
 from ..protocol import bookkeeper_pb2 as pb
-from ..protocol.add_framing import ADD_HELLO, add_batch_frame
+from ..protocol.tcp_framing import ADD_HELLO, add_batch_frame
 from .add_readers import DEFAULT_READERS, AddReaders
 from .add_stream import TRANSPORT_FAILURE, AddStream, StreamLimits
 from .credentials import PresentedToken

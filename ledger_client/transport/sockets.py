@@ -7,8 +7,8 @@ from __future__ import annotations
 import socket
 import ssl
 
-from ..protocol.add_framing import ADD_HELLO, ADD_HELLO_AUTH, READ_HELLO_AUTH, frame
 from ..protocol.sockets import shutdown
+from ..protocol.tcp_framing import ADD_HELLO, ADD_HELLO_AUTH, READ_HELLO_AUTH, frame
 from ..protocol.tls_pump import tunnel
 
 __all__ = ["greet", "shutdown", "tls_client"]
@@ -22,7 +22,7 @@ _OPTIONS = ((socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1), (socket.IPPROTO_TCP, so
 
 def greet(sock: socket.socket, hello: bytes, bookie_id: str, token: str | None = None) -> None:
     """Set the options, make the socket blocking without a timeout (deadlines are the callers'),
-    and send `hello` naming the bookie meant (see add_framing), in version 2 with `token` when
+    and send `hello` naming the bookie meant (see tcp_framing), in version 2 with `token` when
     there is one. Closes the socket if that fails."""
     try:
         if sock.family in (socket.AF_INET, socket.AF_INET6):   # not the plain end of a TLS pump

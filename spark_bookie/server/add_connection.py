@@ -23,8 +23,8 @@ import threading
 from google.protobuf.message import DecodeError
 
 from ledger_client.protocol import bookkeeper_pb2 as pb
-from ledger_client.protocol.add_framing import FrameError, frame, next_frame
 from ledger_client.protocol.sockets import shutdown
+from ledger_client.protocol.tcp_framing import FrameError, frame, next_frame
 from spark_bookie.server.adds import add_groups, batch_size, group_failures
 from spark_bookie.server.auth import ConnectionAccess
 from spark_bookie.server.processor import RequestProcessor

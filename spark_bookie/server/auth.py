@@ -2,7 +2,7 @@
 
 A client presents a signed JWT (Pulsar's token authentication): on gRPC in the `authorization`
 metadata of every call (`Bearer <token>`), on the TCP port in the hello that opens a connection
-(`ledger_client.protocol.add_framing`). The bookie checks the signature (HS256 with a shared secret
+(`ledger_client.protocol.tcp_framing`). The bookie checks the signature (HS256 with a shared secret
 file, or RS256 with a public key: the bookie then holds nothing that can mint tokens), `exp`, and
 the claims `sub` (who) and `role` (`client` or `admin`), before it serves any request of that call
 or connection. A refused call gets gRPC's UNAUTHENTICATED (PERMISSION_DENIED for a role too weak),

@@ -28,7 +28,6 @@ from ledger_client.protocol import bookkeeper_pb2_grpc as pb_grpc
 from metadata import MetadataError, MetadataStore
 from metadata import connect as connect_metadata
 from spark_bookie.errors import ConfigError, StartupError
-from spark_bookie.server.add_listener import AddListener, start_add_listener
 from spark_bookie.server.auth import TokenInterceptor, TokenVerifier
 from spark_bookie.server.checkpoint import Checkpointer
 from spark_bookie.server.config import BookieConfig
@@ -37,6 +36,7 @@ from spark_bookie.server.disk import DiskMonitor, DiskState, LedgerDiskRoom
 from spark_bookie.server.metrics import BookieMetrics, BookieProbes
 from spark_bookie.server.processor import RequestProcessor
 from spark_bookie.server.service import BookieServicer, grpc_options
+from spark_bookie.server.tcp_listener import TcpListener, start_tcp_listener
 from spark_bookie.server.tls import server_credentials, socket_context
 from spark_bookie.storage.gc import GarbageCollector
 from spark_bookie.storage.journal import Journal
@@ -86,7 +86,7 @@ class Bookie:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread: threading.Thread | None = None
         self._server: grpc.aio.Server | None = None
-        self._add_server: AddListener | None = None
+        self._add_server: TcpListener | None = None
         self.token_verifier: TokenVerifier | None = None  # set at start when auth_enabled (the admin API uses it)
         self.add_port = 0  # the TCP add listener's port once started (config.add_port 0 = OS-picked)
         self._executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="bookie-read")
@@ -244,7 +244,7 @@ class Bookie:
                 except RuntimeError as e:
                     raise StartupError(f"cannot listen on {self.address}: {e}") from e
                 try:
-                    self._add_server = await start_add_listener(
+                    self._add_server = await start_tcp_listener(
                         processor, self.bookie_id, self.config.host, self.config.add_port,
                         self.config.in_flight_adds_per_stream_max, self.config.grpc_message_bytes_max, verifier,
                         tcp_tls)

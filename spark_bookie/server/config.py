@@ -25,7 +25,7 @@ class BookieConfig:
     zk_connect_timeout_ms: int = 15_000
     host: str = "127.0.0.1"                     # address the gRPC server binds
     port: int = 3181
-    add_port: int = 0                           # TCP add listener (spark_bookie.server.add_listener); 0 = OS picks
+    add_port: int = 0                           # TCP add listener (spark_bookie.server.tcp_listener); 0 = OS picks
     advertised_host: str = ""                   # host part of the bookie id; empty = `host`
     network_location: str = ""                  # rack/zone for placement, e.g. "/zone-a/rack-1"
     journal_dirs: tuple[str, ...] = ()

@@ -13,7 +13,7 @@ import pytest
 
 from ledger_client import ClientConfig, DigestType, LedgerClient
 from ledger_client.protocol import bookkeeper_pb2 as pb
-from ledger_client.protocol.add_framing import ADD_HELLO, READ_HELLO, frame
+from ledger_client.protocol.tcp_framing import ADD_HELLO, READ_HELLO, frame
 from ledger_client.transport import BookieClient
 
 pytestmark = pytest.mark.integration

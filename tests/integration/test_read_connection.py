@@ -12,7 +12,7 @@ from bookie_helpers import add_all, body, wait_closed_by_bookie
 
 from ledger_client import ClientConfig, errors
 from ledger_client.protocol import bookkeeper_pb2 as pb
-from ledger_client.protocol.add_framing import READ_HELLO, frame, read_frames
+from ledger_client.protocol.tcp_framing import READ_HELLO, frame, read_frames
 from ledger_client.transport import BookieClient
 from ledger_client.transport.socket_reads import SocketReads
 
@@ -63,7 +63,7 @@ def test_wire_format_answers_carry_the_request_id(cluster_factory):
 def test_more_reads_at_once_than_a_connection_serves_all_get_answers(cluster_factory):
     """Past READS_PER_CONNECTION_MAX reads in flight the bookie stops reading the connection
     (answers of megabytes each must not pile up without bound) and goes on once reads finish."""
-    from spark_bookie.server.add_listener import READS_PER_CONNECTION_MAX
+    from spark_bookie.server.tcp_listener import READS_PER_CONNECTION_MAX
 
     _sb, bid = _bookie_holding(cluster_factory, 8, 4, size=20_000)
     n = 3 * READS_PER_CONNECTION_MAX

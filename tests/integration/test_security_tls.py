@@ -112,7 +112,7 @@ def _plaintext_on_the_add_port_is_not_served(sb, good: ClientConfig) -> None:
     from bookie_helpers import KEY, body
 
     from ledger_client.protocol import bookkeeper_pb2 as pb
-    from ledger_client.protocol.add_framing import ADD_HELLO, frame
+    from ledger_client.protocol.tcp_framing import ADD_HELLO, frame
     from ledger_client.transport import BookieClient
     from ledger_client.transport.credentials import credentials_of
 

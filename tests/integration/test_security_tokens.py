@@ -17,7 +17,7 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from ledger_client import ClientConfig, DigestType, LedgerClient, errors
 from ledger_client.protocol import bookkeeper_pb2 as pb
 from ledger_client.protocol import bookkeeper_pb2_grpc as pb_grpc
-from ledger_client.protocol.add_framing import ADD_HELLO, ADD_HELLO_AUTH, frame, read_frames
+from ledger_client.protocol.tcp_framing import ADD_HELLO, ADD_HELLO_AUTH, frame, read_frames
 from ledger_client.transport import BookieClient
 from ledger_client.transport.credentials import Credentials
 from spark_bookie.server.auth import mint_token

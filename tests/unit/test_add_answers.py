@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from ledger_client.protocol import bookkeeper_pb2 as pb
-from ledger_client.protocol.add_framing import frame, read_frames
 from ledger_client.protocol.framing import HEADER
+from ledger_client.protocol.tcp_framing import frame, read_frames
 from spark_bookie.errors import StorageIOError
 from spark_bookie.server.add_connection import AddConnection
 from spark_bookie.server.config import BookieConfig

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from ledger_client.protocol.add_framing import frame
+from ledger_client.protocol.tcp_framing import frame
 from ledger_client.transport.add_readers import AddReaders
 
 pytestmark = pytest.mark.unit

@@ -18,7 +18,7 @@ from hypothesis import seed as hypothesis_seed
 from hypothesis import strategies as st
 
 from ledger_client.protocol import bookkeeper_pb2 as pb
-from ledger_client.protocol.add_framing import (
+from ledger_client.protocol.tcp_framing import (
     ADD_HELLO,
     ADD_HELLO_AUTH,
     READ_HELLO,
@@ -29,8 +29,8 @@ from ledger_client.protocol.add_framing import (
     next_frame,
 )
 from spark_bookie.server.add_connection import AddConnection
-from spark_bookie.server.add_listener import HelloError, ReadConnection, _hello
 from spark_bookie.server.auth import AuthError, ConnectionAccess, TokenVerifier, mint_token
+from spark_bookie.server.tcp_listener import HelloError, ReadConnection, _hello
 
 pytestmark = pytest.mark.unit
 

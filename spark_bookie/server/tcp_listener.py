@@ -1,6 +1,6 @@
 """The bookie's TCP port for adds and range reads: the same AddBatch / AddBatchResponse messages
 as the gRPC AddStream, framed by a 4-byte big-endian length, after a hello naming the bookie meant
-(`ledger_client.protocol.add_framing`).
+(`ledger_client.protocol.tcp_framing`).
 
 Why a second way in: a gRPC stream message costs each side a few hundred microseconds of Python
 (the sync client's sender, channel-spin and reader threads per message, the aio server's per
@@ -43,8 +43,8 @@ from typing import cast
 from google.protobuf.message import DecodeError
 
 from ledger_client.protocol import bookkeeper_pb2 as pb
-from ledger_client.protocol.add_framing import HELLOS, LENGTH, FrameError, frame, next_frame
 from ledger_client.protocol.sockets import shutdown
+from ledger_client.protocol.tcp_framing import HELLOS, LENGTH, FrameError, frame, next_frame
 from ledger_client.protocol.tls_pump import tunnel
 from spark_bookie.server.add_connection import AddConnection
 from spark_bookie.server.auth import ConnectionAccess, TokenVerifier
@@ -171,7 +171,7 @@ class ReadConnection(asyncio.Protocol):
             self._transport = None
 
 
-class AddListener:
+class TcpListener:
     """The listening socket, its accept thread and the open connections. Thread-safe."""
 
     def __init__(self, sock: socket.socket, processor: RequestProcessor, bookie_id: str, in_flight_adds_max: int,
@@ -345,7 +345,7 @@ class HelloError(Exception):
 
 
 def _hello(conn: socket.socket, bookie_id: str) -> tuple[bool, str | None]:
-    """Read a hello (add_framing.HELLOS), a frame with the id of the bookie the client means and,
+    """Read a hello (tcp_framing.HELLOS), a frame with the id of the bookie the client means and,
     in version 2, one with its token, and not a byte more: (a read connection?, the token)."""
     head = _recv_exact(conn, len(next(iter(HELLOS))))
     kind = HELLOS.get(head)
@@ -376,14 +376,14 @@ def _recv_exact(conn: socket.socket, n: int) -> bytes:
     return bytes(out)
 
 
-async def start_add_listener(processor: RequestProcessor, bookie_id: str, host: str, port: int,
+async def start_tcp_listener(processor: RequestProcessor, bookie_id: str, host: str, port: int,
                              in_flight_adds_max: int, message_bytes_max: int,
                              verifier: TokenVerifier | None = None,
-                             tls: Callable[[], ssl.SSLContext] | None = None) -> AddListener:
+                             tls: Callable[[], ssl.SSLContext] | None = None) -> TcpListener:
     """Listen on host:port (0 = a port the OS picks; the bookie advertises it in GetBookieInfo).
     Runs on the bookie's loop, which then serves the read connections."""
     family, _, _, _, addr = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM,
                                                flags=socket.AI_PASSIVE)[0]
     sock = socket.create_server(addr, family=family, backlog=128)
-    return AddListener(sock, processor, bookie_id, in_flight_adds_max, message_bytes_max,
+    return TcpListener(sock, processor, bookie_id, in_flight_adds_max, message_bytes_max,
                        asyncio.get_running_loop(), verifier, tls)

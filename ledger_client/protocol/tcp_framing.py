@@ -1,4 +1,4 @@
-"""Framing of the bookie's TCP connections (see spark_bookie.server.add_listener).
+"""Framing of the bookie's TCP connections (see spark_bookie.server.tcp_listener).
 
 The client opens the connection with a hello, ADD_HELLO or READ_HELLO, and one frame holding the
 id of the bookie it means to reach (a bookie whose port was picked by the OS may have restarted

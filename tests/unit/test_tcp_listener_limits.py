@@ -12,21 +12,21 @@ from collections.abc import Iterator
 
 import pytest
 
-from ledger_client.protocol.add_framing import ADD_HELLO, frame
-from spark_bookie.server import add_listener
-from spark_bookie.server.add_listener import AddListener
+from ledger_client.protocol.tcp_framing import ADD_HELLO, frame
+from spark_bookie.server import tcp_listener
+from spark_bookie.server.tcp_listener import TcpListener
 
 pytestmark = pytest.mark.unit
 BOOKIE = "127.0.0.1:3181"
 
 
 @pytest.fixture()
-def listener() -> Iterator[AddListener]:
+def listener() -> Iterator[TcpListener]:
     loop = asyncio.new_event_loop()
     runner = threading.Thread(target=loop.run_forever, daemon=True)
     runner.start()
     sock = socket.create_server(("127.0.0.1", 0))
-    lst = AddListener(sock, None, BOOKIE, 100, 1 << 20, loop)  # type: ignore[arg-type]
+    lst = TcpListener(sock, None, BOOKIE, 100, 1 << 20, loop)  # type: ignore[arg-type]
     yield lst
     lst.close()
     loop.call_soon_threadsafe(loop.stop)
@@ -44,9 +44,9 @@ def _closed_within(s: socket.socket, seconds: float) -> bool:
         return True
 
 
-def test_a_silent_connection_is_closed_after_the_hello_timeout(listener: AddListener,
+def test_a_silent_connection_is_closed_after_the_hello_timeout(listener: TcpListener,
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(add_listener, "HELLO_TIMEOUT_S", 0.3)
+    monkeypatch.setattr(tcp_listener, "HELLO_TIMEOUT_S", 0.3)
     with socket.create_connection(("127.0.0.1", listener.port)) as s:
         s.sendall(ADD_HELLO[:3])  # half a hello, then nothing
         t0 = time.monotonic()
@@ -54,9 +54,9 @@ def test_a_silent_connection_is_closed_after_the_hello_timeout(listener: AddList
         assert time.monotonic() - t0 < 3
 
 
-def test_connections_over_the_limit_are_closed_and_close_ends_the_rest(listener: AddListener,
+def test_connections_over_the_limit_are_closed_and_close_ends_the_rest(listener: TcpListener,
                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(add_listener, "CONNECTIONS_MAX", 2)
+    monkeypatch.setattr(tcp_listener, "CONNECTIONS_MAX", 2)
     served = [socket.create_connection(("127.0.0.1", listener.port)) for _ in range(2)]
     for s in served:
         s.sendall(ADD_HELLO + frame(BOOKIE.encode()))

@@ -15,7 +15,7 @@ from bookie_helpers import KEY, add_all, body, check_entry, wait_closed_by_booki
 
 from ledger_client import ClientConfig, DigestType, LedgerClient, errors
 from ledger_client.protocol import bookkeeper_pb2 as pb
-from ledger_client.protocol.add_framing import ADD_HELLO, frame, read_frames
+from ledger_client.protocol.tcp_framing import ADD_HELLO, frame, read_frames
 from ledger_client.transport import BookieClient, StreamLimits
 from spark_bookie.local.zookeeper import free_port
 

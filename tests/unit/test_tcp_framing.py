@@ -9,7 +9,7 @@ import threading
 import pytest
 
 from ledger_client.protocol import bookkeeper_pb2 as pb
-from ledger_client.protocol.add_framing import FrameError, add_batch_frame, frame, read_frames
+from ledger_client.protocol.tcp_framing import FrameError, add_batch_frame, frame, read_frames
 
 pytestmark = pytest.mark.unit
 
