@@ -48,9 +48,9 @@ from jobs.delta_compaction import (
     parse_ledger_ids,
 )
 from jobs.errors import BadArgumentError, CompactionError
+from jobs.progress import COMPACTION_STEPS, TIERING_STEPS, StepProgress
 from jobs.stream_tiering import TieringConfig, TieringResult, tier_streams
 from ledger_client.errors import IncorrectParameterError, LedgerError
-from spark_bookie.local.progress import COMPACTION_STEPS, TIERING_STEPS, StepProgress
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,15 +1,13 @@
-"""Progress of a long job on the command line (DESIGN §4.7): a tqdm bar on a terminal, one plain
-line per step elsewhere (logs, CI, a pipe), never both. The job libraries report named steps
-through a hook; only the command-line entry points make a display, so library callers see nothing."""
+"""Progress of a long tool run on the command line (DESIGN §4.7): a tqdm bar on a terminal, one
+plain line per step elsewhere (logs, CI, a pipe), never both. The benches report named steps
+through a hook; only the command-line entry points make a display, so library callers see nothing.
+Compaction and tiering report the same way through jobs/progress.py (jobs never import the tools)."""
 
 from __future__ import annotations
 
 import sys
 import time
 from typing import IO, Any
-
-COMPACTION_STEPS = ("scanned", "written", "committed", "deleted")
-TIERING_STEPS = ("written", "committed", "marked", "deleted")
 
 
 class StepProgress:

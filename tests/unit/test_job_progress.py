@@ -6,7 +6,7 @@ import io
 
 import pytest
 
-from spark_bookie.local.progress import TIERING_STEPS, StepProgress
+from jobs.progress import TIERING_STEPS, StepProgress
 
 pytestmark = pytest.mark.unit
 
