@@ -4,7 +4,7 @@
     CREATE TEMPORARY VIEW v USING ledger OPTIONS (zk 'host:2181/ledgers', ledgers '1,2')
 
 Columns: ``ledger_id`` BIGINT, ``entry_id`` BIGINT, ``payload`` (BINARY; STRING with
-decode=utf8; STRUCT<schema> with decode=json). Options: see jobs/source_options.py.
+decode=utf8; STRUCT<schema> with decode=json). Options: see jobs/options.py.
 
 Where things run: the source object and its reader are built and planned on the driver (in
 PySpark's planner worker), from ZooKeeper metadata only; partitions are picklable lists of entry
@@ -38,7 +38,8 @@ from pyspark.sql.types import StructType
 
 from .connect import TASK_TIMEOUTS
 from .connect import connect as connect_cluster
-from .source_options import LedgerExtent, Pushdown, SourceOptions, Span, plan_spans, push_filters
+from .ledger_planning import LedgerExtent, Pushdown, Span, plan_spans, push_filters
+from .options import SourceOptions
 
 if TYPE_CHECKING:
     from ledger_client import LedgerClient, ReadHandle
@@ -260,7 +261,7 @@ class LedgerDataSource(DataSource):
 
     def __init__(self, options: dict[str, str]) -> None:
         super().__init__(options)
-        from .stream_planning import StreamSourceOptions, reads_streams
+        from .options import StreamSourceOptions, reads_streams
 
         # option streams: records of streams (jobs/stream_source.py), not entries of ledgers
         self.stream_opts = StreamSourceOptions.parse(options) if reads_streams(options) else None

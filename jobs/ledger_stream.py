@@ -25,8 +25,9 @@ from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 from pyspark.sql.types import StructType
 
+from .ledger_planning import advance_offsets, offsets_from_json, offsets_to_json, stream_spans
 from .ledger_source import LedgerPartition, connect, read_spans
-from .source_options import SourceOptions, advance_offsets, offsets_from_json, offsets_to_json, stream_spans
+from .options import SourceOptions
 
 if TYPE_CHECKING:
     from ledger_client import LedgerClient, ReadHandle

@@ -1,5 +1,5 @@
-"""The ``ledger`` source over streams, its pure parts: options, stream globs, filter pushdown,
-partition planning from segments, streaming offsets ``{"ns/name": "segment/entry/slot"}``.
+"""Reads of streams, their pure parts: filter pushdown, partition planning from segments,
+streaming offsets ``{"ns/name": "segment/entry/slot"}`` (options and stream globs: jobs/options.py).
 
 No I/O here: jobs/stream_source.py reads the streams' metadata (and the LAC of a segment in
 progress) on the driver and hands it to these functions as ``SegmentExtent`` values, so which
@@ -14,119 +14,18 @@ with the same entry range, so both kinds plan, cut and filter alike.
 
 from __future__ import annotations
 
-import fnmatch
-import json
-import os
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from pyspark.sql.datasource import EqualTo, Filter, In
 
-from jobs.connect import client_conf_path
-from jobs.source_options import DECODES, ZK_ENV, IdRange, _int_option, filter_column
+from jobs.ledger_planning import IdRange, filter_column
 from ledger_client.errors import IncorrectParameterError
 from ledger_client.stream.dlsn import DLSN
 
 TXID_MIN = -(1 << 63)
-ENTRIES_PER_PARTITION_DEFAULT = 1_000   # an entry is a record set of up to output_buffer_bytes (256 KiB)
-_GLOB_RE = re.compile(r"[A-Za-z0-9._*?\[\]!-]+")
 
 Position = tuple[int, int, int]
-
-
-# ---------------------------------------------------------------- options
-
-
-def parse_stream_patterns(raw: str) -> tuple[tuple[str, str], ...]:
-    """"payments/orders, payments/*" → (("payments", "orders"), ("payments", "*")); each item is
-    ``namespace/stream`` where either part may be a glob (``*``, ``?``, ``[...]``)."""
-    out: list[tuple[str, str]] = []
-    for part in str(raw).split(","):
-        p = part.strip()
-        if not p:
-            continue
-        ns, sep, name = p.partition("/")
-        if not sep or not _GLOB_RE.fullmatch(ns) or not _GLOB_RE.fullmatch(name):
-            raise IncorrectParameterError(f"option streams: {p!r} is not namespace/stream (globs allowed, "
-                                          "e.g. 'payments/orders,payments/*')")
-        if (ns, name) not in out:
-            out.append((ns, name))
-    if not out:
-        raise IncorrectParameterError(f"option streams names no stream: {raw!r}")
-    return tuple(out)
-
-
-def matches(patterns: Iterable[tuple[str, str]], ns: str, name: str) -> bool:
-    return any(fnmatch.fnmatchcase(ns, a) and fnmatch.fnmatchcase(name, b) for a, b in patterns)
-
-
-def _starting(raw: str) -> tuple[str, tuple[tuple[str, DLSN], ...]]:
-    text = raw.strip()
-    if text.lower() in ("earliest", "latest"):
-        return text.lower(), ()
-    try:
-        obj = json.loads(text)
-    except ValueError:
-        obj = None
-    if not isinstance(obj, dict) or not all(isinstance(v, str) for v in obj.values()):
-        raise IncorrectParameterError(f"option startingOffsets must be earliest, latest or a JSON object "
-                                      f'{{"ns/stream": "segment/entry/slot"}}, not {raw!r}')
-    for k in obj:
-        ((a, b),) = parse_stream_patterns(k) if "," not in k else ((k, "*"),)
-        if any(c in a + b for c in "*?[!]"):
-            raise IncorrectParameterError(f"option startingOffsets: {k!r} must name one stream (ns/name), not a glob")
-    return "json", tuple(sorted((str(k), DLSN.parse(v)) for k, v in obj.items()))
-
-
-@dataclass(frozen=True)
-class StreamSourceOptions:
-    """Validated options of a read of streams (batch or streaming). Picklable."""
-
-    zk: str
-    patterns: tuple[tuple[str, str], ...]
-    decode: str = "none"
-    json_schema: str | None = None
-    entries_per_partition: int = ENTRIES_PER_PARTITION_DEFAULT
-    min_partitions: int = 1
-    starting_offsets: str = "earliest"                     # earliest | latest | json
-    starting_dlsns: tuple[tuple[str, DLSN], ...] = ()      # with json: stream -> first DLSN to read
-    max_records_per_trigger: int = 0                       # streaming: 0 = no limit
-    client_conf: str | None = None                         # client TOML (TLS, token, zk_auth), on every executor
-
-    @staticmethod
-    def parse(options: Mapping[str, str], env: Mapping[str, str] | None = None) -> StreamSourceOptions:
-        env = os.environ if env is None else env
-        options = {str(k).lower(): v for k, v in options.items()}
-        zk = (options.get("zk") or env.get(ZK_ENV) or "").strip()
-        if not zk:
-            raise IncorrectParameterError(f"the ledger source needs option zk (or ${ZK_ENV})")
-        decode = str(options.get("decode", "none")).strip().lower()
-        if decode not in DECODES:
-            raise IncorrectParameterError(f"option decode must be one of {DECODES}, not {decode!r}")
-        schema = options.get("schema")
-        if decode == "json" and not (schema and schema.strip()):
-            raise IncorrectParameterError("decode=json needs option schema, e.g. 'id INT, name STRING'")
-        starting, dlsns = _starting(str(options.get("startingoffsets", "earliest")))
-        return StreamSourceOptions(
-            zk=zk, patterns=parse_stream_patterns(options.get("streams", "")), decode=decode,
-            json_schema=schema.strip() if decode == "json" and schema else None,
-            entries_per_partition=_int_option(options, "entries_per_partition", ENTRIES_PER_PARTITION_DEFAULT, 1),
-            min_partitions=_int_option(options, "min_partitions", 1, 1),
-            starting_offsets=starting, starting_dlsns=dlsns,
-            max_records_per_trigger=_int_option(options, "max_records_per_trigger", 0, 0),
-            client_conf=client_conf_path(options.get("client_conf"), env))
-
-    def payload_ddl(self) -> str:
-        if self.decode == "utf8":
-            return "STRING"
-        if self.decode == "json":
-            return f"STRUCT<{self.json_schema}>"
-        return "BINARY"
-
-    def schema_ddl(self) -> str:
-        return (f"stream STRING, segment BIGINT, entry_id BIGINT, slot INT, txid BIGINT, "
-                f"payload {self.payload_ddl()}")
 
 
 # ---------------------------------------------------------------- pushdown
@@ -310,7 +209,3 @@ def cap_end(extents: Sequence[SegmentExtent], lo: Position, hi: Position, budget
         return min(end, DLSN(*hi)), used
     return DLSN(*hi), used
 
-
-def reads_streams(options: Mapping[str, str]) -> bool:
-    """Whether a read's options ask for streams (option ``streams``) rather than ledgers."""
-    return any(str(k).lower() == "streams" for k in options)

@@ -23,7 +23,6 @@ driver's commit knows which query's record to check without any option.
 from __future__ import annotations
 
 import logging
-import os
 import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
@@ -32,10 +31,11 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
-from pyspark.sql.types import BinaryType, IntegralType, StringType, StructType
+from pyspark.sql.types import StructType
 
-from jobs.connect import TASK_TIMEOUTS, client_conf_path
+from jobs.connect import TASK_TIMEOUTS
 from jobs.connect import connect as connect_cluster
+from jobs.options import SinkOptions
 from ledger_client.errors import IncorrectParameterError
 from metadata.streams.linking import SparkBatch, TaskLedger
 
@@ -44,66 +44,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-ZK_ENV = "SPARK_BOOKIE_ZK"
 QUERY_ID_PROPERTY = "sql.streaming.queryId"
 BATCH_ID_PROPERTY = "streaming.sql.batchId"
-
-
-@dataclass(frozen=True)
-class SinkOptions:
-    """Validated options of one write. Picklable: executors get a copy."""
-
-    zk: str
-    namespace: str
-    stream: str
-    has_txid: bool
-    payload_is_string: bool
-    lock_timeout_ms: int = 30_000            # how long a commit waits for a live writer to let the stream go
-    orphan_grace_ms: int = 3_600_000         # unlinked task ledgers older than this are deleted by commits
-    orphan_sweep_every_batches: int = 100    # streaming: sweep orphans every this many micro-batches
-    write_id: str | None = None              # batch writes: a stable id makes a rerun of the same job a no-op
-    client_conf: str | None = None           # a client TOML (TLS, token, zk_auth), readable on every executor
-
-    @staticmethod
-    def parse(options: Mapping[str, str], schema: StructType, env: Mapping[str, str] | None = None) -> SinkOptions:
-        env = os.environ if env is None else env
-        o = {str(k).lower(): str(v) for k, v in options.items()}
-        zk = (o.get("zk") or env.get(ZK_ENV) or "").strip()
-        if not zk:
-            raise IncorrectParameterError(f"the ledger sink needs option zk (or ${ZK_ENV})")
-        target = o.get("stream", "").strip()
-        ns, _, stream = target.partition("/")
-        if not ns or not stream or "/" in stream:
-            raise IncorrectParameterError(f"option stream must be NAMESPACE/STREAM, not {target!r}")
-        fields = {f.name.lower(): f for f in schema.fields}
-        payload = fields.get("payload")
-        if payload is None or not isinstance(payload.dataType, BinaryType | StringType):
-            raise IncorrectParameterError("the ledger sink writes a `payload` column of type binary or string; "
-                                          f"got columns {[f'{f.name} {f.dataType.simpleString()}' for f in schema]}")
-        txid = fields.get("txid")
-        if txid is not None and not isinstance(txid.dataType, IntegralType):
-            raise IncorrectParameterError(f"the txid column must be an integer, not {txid.dataType.simpleString()}")
-        write_id = o.get("write_id")
-        if write_id is not None and not write_id.replace("-", "").replace("_", "").replace(".", "").isalnum():
-            raise IncorrectParameterError(f"option write_id must be [A-Za-z0-9._-]+, not {write_id!r}")
-        return SinkOptions(zk, ns, stream, txid is not None, isinstance(payload.dataType, StringType),
-                           lock_timeout_ms=_int(o, "lock_timeout_ms", 30_000, 0),
-                           orphan_grace_ms=_int(o, "orphan_grace_ms", 3_600_000, 0),
-                           orphan_sweep_every_batches=_int(o, "orphan_sweep_every_batches", 100, 1),
-                           write_id=write_id, client_conf=client_conf_path(o.get("client_conf"), env))
-
-
-def _int(o: Mapping[str, str], name: str, default: int, minimum: int) -> int:
-    raw = o.get(name)
-    if raw is None:
-        return default
-    try:
-        value = int(raw.strip())
-    except ValueError:
-        raise IncorrectParameterError(f"option {name} must be an integer, not {raw!r}") from None
-    if value < minimum:
-        raise IncorrectParameterError(f"option {name} must be >= {minimum}, not {value}")
-    return value
 
 
 @dataclass(frozen=True)

@@ -26,12 +26,11 @@ from pyspark.sql.types import StructType
 
 from .connect import TASK_TIMEOUTS
 from .connect import connect as connect_cluster
+from .options import StreamSourceOptions, matches
 from .stream_planning import (
     SegmentExtent,
     StreamPushdown,
-    StreamSourceOptions,
     StreamSpan,
-    matches,
     plan_stream_spans,
     push_stream_filters,
     stream_end,

@@ -29,10 +29,10 @@ from pyspark.sql.types import StructType
 
 from ledger_client.stream.dlsn import DLSN
 
+from .options import StreamSourceOptions
 from .stream_planning import (
     SegmentExtent,
     StreamPushdown,
-    StreamSourceOptions,
     cap_end,
     offsets_from_json,
     offsets_to_json,

@@ -43,7 +43,7 @@ import pyarrow.parquet as pq
 
 from jobs.connect import connect
 from jobs.errors import BadArgumentError, ConcurrentCompactionError, TableMismatchError
-from jobs.stream_planning import matches, parse_stream_patterns
+from jobs.options import matches, parse_stream_patterns
 from ledger_client.protocol.checks import invariant
 from ledger_client.stream.tiered import table_schema
 

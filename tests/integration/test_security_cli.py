@@ -182,8 +182,7 @@ def test_spark_sources_read_a_secured_cluster_with_option_client_conf(cluster_fa
     """The `ledger` source's client (driver and executors) takes option client_conf (or
     $SPARK_BOOKIE_CLIENT_CONF): without it a secured cluster is closed to it."""
     from jobs.ledger_source import connect as source_connect
-    from jobs.source_options import SourceOptions
-    from jobs.stream_planning import StreamSourceOptions
+    from jobs.options import SourceOptions, StreamSourceOptions
     from jobs.stream_source import connect as stream_connect
     from ledger_client import errors
 

@@ -13,7 +13,8 @@ import pytest
 from client_helpers import client
 from stream_helpers import WriterProcess, payload, read_all
 
-from jobs.stream_sink import SinkMessage, SinkOptions, abort_batch, commit_batch
+from jobs.options import SinkOptions
+from jobs.stream_sink import SinkMessage, abort_batch, commit_batch
 from ledger_client import errors
 from ledger_client.stream.sink import TAG_STREAM, TaskLedgerWriter, collect_orphans
 from metadata.streams.linking import SparkBatch

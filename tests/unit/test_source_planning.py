@@ -17,11 +17,10 @@ from pyspark.sql.datasource import (
     StringStartsWith,
 )
 
-from jobs.source_options import (
+from jobs.ledger_planning import (
     IdRange,
     LedgerExtent,
     Pushdown,
-    SourceOptions,
     Span,
     advance_offsets,
     offsets_from_json,
@@ -30,6 +29,7 @@ from jobs.source_options import (
     push_filters,
     stream_spans,
 )
+from jobs.options import SourceOptions
 from ledger_client.errors import IncorrectParameterError
 
 pytestmark = pytest.mark.unit

@@ -9,18 +9,15 @@ import random
 import pytest
 from pyspark.sql.datasource import EqualTo, GreaterThanOrEqual, In, LessThan, StringStartsWith
 
+from jobs.options import StreamSourceOptions, matches, parse_stream_patterns, reads_streams
 from jobs.stream_planning import (
     SegmentExtent,
     StreamPushdown,
-    StreamSourceOptions,
     cap_end,
-    matches,
     offsets_from_json,
     offsets_to_json,
-    parse_stream_patterns,
     plan_stream_spans,
     push_stream_filters,
-    reads_streams,
     stream_end,
 )
 from ledger_client import DLSN

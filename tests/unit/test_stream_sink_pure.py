@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from pyspark.sql.types import BinaryType, DoubleType, LongType, StringType, StructField, StructType
 
-from jobs.stream_sink import SinkOptions
+from jobs.options import SinkOptions
 from ledger_client import errors
 from ledger_client.stream.records import FLAG_SEGMENT_TXIDS, RecordSet, encode
 

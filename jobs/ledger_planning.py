@@ -1,15 +1,13 @@
-"""The ``ledger`` source's pure parts: options, filter pushdown, partition planning, stream offsets.
+"""Reads of ledgers, their pure parts: filter pushdown, partition planning, streaming offsets.
 
 Everything here is deterministic and free of I/O, so the planning rules (which ledgers, which
 entry ranges, how many tasks) are unit-tested without Spark or bookies (tests/unit/
-test_source_planning.py). The source modules (jobs/ledger_source.py, jobs/ledger_stream.py) only
-gather ledger metadata and hand it to these functions.
+test_source_planning.py). The readers (jobs/ledger_read.py, jobs/ledger_stream.py) only gather
+ledger metadata and hand it to these functions; options are parsed in jobs/options.py.
 """
 
 from __future__ import annotations
 
-import json
-import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
@@ -23,132 +21,9 @@ from pyspark.sql.datasource import (
     LessThanOrEqual,
 )
 
-from jobs.connect import client_conf_path
 from ledger_client.errors import IncorrectParameterError
 
 ID_MAX = (1 << 63) - 1
-DECODES = ("none", "utf8", "json")
-ENTRIES_PER_PARTITION_DEFAULT = 100_000   # ~100 MiB of 1 KiB entries: near Spark's 128 MiB split size
-ZK_ENV = "SPARK_BOOKIE_ZK"
-
-
-def _int_option(options: Mapping[str, str], name: str, default: int, minimum: int) -> int:
-    raw = options.get(name)
-    if raw is None:
-        return default
-    try:
-        value = int(str(raw).strip())
-    except ValueError:
-        raise IncorrectParameterError(f"option {name} must be an integer, not {raw!r}") from None
-    if value < minimum:
-        raise IncorrectParameterError(f"option {name} must be >= {minimum}, not {value}")
-    return value
-
-
-def parse_ledger_ids(raw: str) -> tuple[int, ...]:
-    """"1,2, 7" → (1, 2, 7); duplicates dropped, order kept; anything else is a clear error."""
-    out: list[int] = []
-    for part in raw.split(","):
-        p = part.strip()
-        if not p:
-            continue
-        if not p.isdigit():
-            raise IncorrectParameterError(f"option ledgers: {p!r} is not a ledger id (want e.g. '1,2,7')")
-        if int(p) not in out:
-            out.append(int(p))
-    if not out:
-        raise IncorrectParameterError(f"option ledgers names no ledger: {raw!r}")
-    return tuple(out)
-
-
-@dataclass(frozen=True)
-class SourceOptions:
-    """Validated options of one read (batch or streaming). Picklable: executors get a copy."""
-
-    zk: str
-    ledgers: tuple[int, ...] | None = None     # None: every ledger the other rules admit
-    password: bytes = b""
-    metadata_filters: tuple[tuple[str, bytes, bool], ...] = ()   # (key, value, key is case-insensitive)
-    decode: str = "none"
-    json_schema: str | None = None             # DDL of the payload struct when decode=json
-    entries_per_partition: int = ENTRIES_PER_PARTITION_DEFAULT
-    min_partitions: int = 1
-    batch_entries: int = 16_384                # rows per Arrow batch a task yields
-    starting_offsets: str = "earliest"         # streaming: earliest | latest
-    max_entries_per_trigger: int = 0           # streaming: 0 = no limit
-    client_conf: str | None = None             # client TOML (TLS, token, zk_auth; docs/security.md), on every executor
-
-    @staticmethod
-    def parse(options: Mapping[str, str], env: Mapping[str, str] | None = None) -> SourceOptions:
-        env = os.environ if env is None else env
-        filters = _metadata_filters(options)
-        options = {str(k).lower(): v for k, v in options.items()}  # Spark's option names are case-insensitive
-        zk = (options.get("zk") or env.get(ZK_ENV) or "").strip()
-        if not zk:
-            raise IncorrectParameterError(f"the ledger source needs option zk (or ${ZK_ENV}): "
-                                          "spark.read.format('ledger').option('zk', 'host:2181')")
-        decode = str(options.get("decode", "none")).strip().lower()
-        if decode not in DECODES:
-            raise IncorrectParameterError(f"option decode must be one of {DECODES}, not {decode!r}")
-        schema = options.get("schema")
-        if decode == "json" and not (schema and schema.strip()):
-            raise IncorrectParameterError("decode=json needs option schema, e.g. 'id INT, name STRING'")
-        starting = str(options.get("startingoffsets", "earliest")).strip().lower()
-        if starting not in ("earliest", "latest"):
-            raise IncorrectParameterError(f"option startingOffsets must be earliest or latest, not {starting!r}")
-        raw_ledgers = options.get("ledgers")
-        return SourceOptions(
-            zk=zk,
-            ledgers=parse_ledger_ids(raw_ledgers) if raw_ledgers is not None else None,
-            password=str(options.get("password", "")).encode(),
-            metadata_filters=filters,
-            decode=decode,
-            json_schema=schema.strip() if decode == "json" and schema else None,
-            entries_per_partition=_int_option(options, "entries_per_partition", ENTRIES_PER_PARTITION_DEFAULT, 1),
-            min_partitions=_int_option(options, "min_partitions", 1, 1),
-            batch_entries=_int_option(options, "batch_entries", 16_384, 1),
-            starting_offsets=starting,
-            max_entries_per_trigger=_int_option(options, "max_entries_per_trigger", 0, 0),
-            client_conf=client_conf_path(options.get("client_conf"), env),
-        )
-
-    def payload_ddl(self) -> str:
-        if self.decode == "utf8":
-            return "STRING"
-        if self.decode == "json":
-            return f"STRUCT<{self.json_schema}>"
-        return "BINARY"
-
-    def schema_ddl(self) -> str:
-        return f"ledger_id BIGINT, entry_id BIGINT, payload {self.payload_ddl()}"
-
-    def admits_metadata(self, custom: Mapping[str, bytes]) -> bool:
-        """Every metadata filter matches the ledger's custom metadata."""
-        lowered = {k.lower(): v for k, v in custom.items()}
-        for key, value, insensitive in self.metadata_filters:
-            got = lowered.get(key.lower()) if insensitive else custom.get(key)
-            if got != value:
-                return False
-        return True
-
-
-def _metadata_filters(options: Mapping[str, str]) -> tuple[tuple[str, bytes, bool], ...]:
-    """`metadata.<key>` options (Spark lowercases option names: keys match case-insensitively) and
-    `metadata` = a JSON object of exact keys → (key, value bytes, case-insensitive)."""
-    out: list[tuple[str, bytes, bool]] = []
-    for k, v in sorted(options.items()):
-        if k.lower().startswith("metadata.") and len(k) > len("metadata."):
-            out.append((k[len("metadata."):], str(v).encode(), True))
-    raw = options.get("metadata")
-    if raw:
-        try:
-            obj = json.loads(raw)
-        except ValueError:
-            raise IncorrectParameterError(f"option metadata must be a JSON object, not {raw!r}") from None
-        if not isinstance(obj, dict) or not all(isinstance(v, str) for v in obj.values()):
-            raise IncorrectParameterError("option metadata must be a JSON object of strings")
-        out += [(str(k), v.encode(), False) for k, v in sorted(obj.items())]
-    return tuple(out)
 
 
 # ---------------------------------------------------------------- pushdown
