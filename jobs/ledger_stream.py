@@ -26,7 +26,7 @@ from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxRows, SupportsTri
 from pyspark.sql.types import StructType
 
 from .ledger_planning import advance_offsets, offsets_from_json, offsets_to_json, stream_spans
-from .ledger_source import LedgerPartition, connect, read_spans
+from .ledger_read import LedgerPartition, connect, read_spans
 from .options import SourceOptions
 
 if TYPE_CHECKING:

@@ -26,6 +26,7 @@ from pyspark.sql.types import StructType
 
 from .connect import TASK_TIMEOUTS
 from .connect import connect as connect_cluster
+from .decode import decode_payload
 from .options import StreamSourceOptions, matches
 from .stream_planning import (
     SegmentExtent,
@@ -269,14 +270,7 @@ def read_stream_spans(opts: StreamSourceOptions, spans: Sequence[StreamSpan],
 
 def to_target(batch: pa.RecordBatch, opts: StreamSourceOptions, target: pa.Schema) -> pa.RecordBatch:
     """Rows in the declared schema: payload as is, as UTF-8 text or parsed JSON (as for ledgers)."""
-    from .ledger_source import _json, _utf8
-
-    payload = batch.column(5)
-    want = target.field("payload").type
-    if opts.decode == "utf8":
-        payload = _utf8(payload)
-    elif opts.decode == "json":
-        payload = _json(payload, want)
+    payload = decode_payload(batch.column(5), opts.decode, target.field("payload").type)
     cols = [*batch.columns[:5], payload]
     return pa.RecordBatch.from_arrays(
         [c if c.type == f.type else c.cast(f.type) for c, f in zip(cols, target, strict=True)], schema=target)

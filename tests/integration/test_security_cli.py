@@ -181,7 +181,7 @@ def test_sandbox_secure_prints_a_client_config_that_is_the_only_way_in(tmp_path)
 def test_spark_sources_read_a_secured_cluster_with_option_client_conf(cluster_factory, tmp_path):
     """The `ledger` source's client (driver and executors) takes option client_conf (or
     $SPARK_BOOKIE_CLIENT_CONF): without it a secured cluster is closed to it."""
-    from jobs.ledger_source import connect as source_connect
+    from jobs.ledger_read import connect as source_connect
     from jobs.options import SourceOptions, StreamSourceOptions
     from jobs.stream_source import connect as stream_connect
     from ledger_client import errors

@@ -124,7 +124,7 @@ def test_stream_offsets_advance_never_back_and_respect_a_limit():
 
 
 def test_partitions_survive_pickling_to_executors():
-    from jobs.ledger_source import LedgerPartition
+    from jobs.ledger_read import LedgerPartition
 
     parts = plan_spans([LedgerExtent(4, 99, (0, 50), False), LedgerExtent(9, 9)], Pushdown(), 40)
     for p in parts:
