@@ -32,6 +32,7 @@ from urllib.parse import unquote, urlparse
 import pyarrow as pa
 
 from jobs.errors import DeltaReadError
+from jobs.pyspark_compat import session_jvm, spark_schema_of
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable
@@ -48,7 +49,7 @@ _HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"
 def delta_jars_available(spark: SparkSession) -> bool:
     """True when the session's JVM can load the Delta data source (delta-spark jars present)."""
     try:
-        jvm = spark._jvm  # type: ignore[attr-defined]  # absent in Spark Connect: no jars to ask
+        jvm = session_jvm(spark)  # None in Spark Connect: no jars to ask
         if jvm is None:
             return False
         loader = jvm.java.lang.Thread.currentThread().getContextClassLoader()
@@ -86,10 +87,7 @@ def to_plain_arrow(table: pa.Table) -> pa.Table:
 
 
 def spark_schema(table: DeltaTable) -> StructType:
-    from pyspark.sql.pandas.types import from_arrow_schema
-
-    return from_arrow_schema(plain_arrow_schema(pa.schema(table.schema().to_arrow())),
-                             prefer_timestamp_ntz=False)
+    return spark_schema_of(plain_arrow_schema(pa.schema(table.schema().to_arrow())))
 
 
 def _check_readable(table: DeltaTable) -> None:

@@ -25,6 +25,7 @@ from .connect import connect as connect_cluster
 from .decode import decode_payload
 from .ledger_planning import LedgerExtent, Pushdown, Span, plan_spans, push_filters
 from .options import SourceOptions
+from .pyspark_compat import arrow_schema_of
 
 if TYPE_CHECKING:
     from ledger_client import LedgerClient, ReadHandle
@@ -96,9 +97,7 @@ def connect(opts: SourceOptions) -> LedgerClient:
 
 def read_spans(opts: SourceOptions, spans: Sequence[Span], schema: StructType) -> Iterator[pa.RecordBatch]:
     """The task body: one client for the task, spans read in batches of opts.batch_entries rows."""
-    from pyspark.sql.pandas.types import to_arrow_schema
-
-    target = to_arrow_schema(schema, timezone="UTC")
+    target = arrow_schema_of(schema)
     if not spans:
         return
     client = connect(opts)

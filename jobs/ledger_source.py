@@ -16,8 +16,6 @@ jobs/stream_sink.py (writes). pyspark_ledger.DefaultSource is this class.
 
 from __future__ import annotations
 
-import sys
-
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceReader,
@@ -29,25 +27,7 @@ from pyspark.sql.types import StructType
 
 from .ledger_read import LedgerPushdownReader, LedgerReader
 from .options import SourceOptions, StreamSourceOptions, reads_streams
-
-
-def _pushdown_refused() -> bool:
-    """Whether PySpark is planning this read with filter pushdown disabled.
-
-    spark.sql.python.filterPushdown.enabled is false by default, and then PySpark rejects any
-    reader that overrides pushFilters (DATA_SOURCE_PUSHDOWN_DISABLED) instead of just not calling
-    it. The source must work in a default session, so it offers pushFilters only when pushdown is
-    on. PySpark's planner (pyspark/sql/worker/plan_data_source_read.py) holds that flag in its
-    local `enable_pushdown` when it asks for the reader; the pushdown planner has no such local.
-    """
-    frame = sys._getframe(1)
-    for _ in range(4):
-        frame = frame.f_back  # type: ignore[assignment]
-        if frame is None:
-            return False
-        if "enable_pushdown" in frame.f_locals:
-            return frame.f_locals["enable_pushdown"] is False
-    return False
+from .pyspark_compat import pushdown_refused
 
 
 class LedgerDataSource(DataSource):
@@ -71,9 +51,9 @@ class LedgerDataSource(DataSource):
         if self.stream_opts is not None:
             from .stream_source import StreamBatchReader, StreamPushdownReader
 
-            refused = _pushdown_refused()
+            refused = pushdown_refused()
             return (StreamBatchReader if refused else StreamPushdownReader)(self.stream_opts, schema)
-        if _pushdown_refused():
+        if pushdown_refused():
             return LedgerReader(self.opts, schema)
         return LedgerPushdownReader(self.opts, schema)
 

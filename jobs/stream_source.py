@@ -28,6 +28,7 @@ from .connect import TASK_TIMEOUTS
 from .connect import connect as connect_cluster
 from .decode import decode_payload
 from .options import StreamSourceOptions, matches
+from .pyspark_compat import arrow_schema_of
 from .stream_planning import (
     SegmentExtent,
     StreamPushdown,
@@ -252,9 +253,7 @@ def _moved(client: LedgerClient, span: StreamSpan) -> StreamSpan | None:
 def read_stream_spans(opts: StreamSourceOptions, spans: Sequence[StreamSpan],
                       schema: StructType) -> Iterator[pa.RecordBatch]:
     """The task body: one client for the task, closed in a finally."""
-    from pyspark.sql.pandas.types import to_arrow_schema
-
-    target = to_arrow_schema(schema, timezone="UTC")
+    target = arrow_schema_of(schema)
     if not spans:
         return
     client = connect(opts) if any(s.tier is None for s in spans) else None
