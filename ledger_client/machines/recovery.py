@@ -9,6 +9,11 @@ fixes its TLA+ model found, apache/bookkeeper#2614).
 - An entry is recoverable as soon as one bookie returns it (digest checked); it is absent only
   once Qw − Qa + 1 bookies of its write set say NO_ENTRY / NO_LEDGER (then it cannot have reached
   Qa acks); otherwise, when every answer is in, the outcome is unknown and recovery must abort.
+- Every decision is taken from the answers in hand, the moment they settle it: a bookie that never
+  answers (cut off, stopped) delays nothing that the others' answers decide (issue 27, item 5).
+- An entry known to be confirmed (the one recovery starts after, whose header gives the ledger's
+  length) is read the same way with `confirmed=True`: its first valid copy settles it, and "no such
+  entry" answers prove nothing (a bookie that lost its disk says so too).
 """
 
 from __future__ import annotations
@@ -31,13 +36,18 @@ class ReadOutcome(enum.Enum):
 
 
 class RecoveryReadTally:
-    """Answers for one entry's recovery read from its write set."""
+    """Answers for one entry's recovery read from its write set, decided as soon as they settle it:
+    FOUND at the first valid copy, ABSENT at the (Qw - Qa + 1)th "no such entry", UNKNOWN only once
+    every bookie of the write set answered (or failed) without either; PENDING until then.
+
+    `confirmed`: the entry is known to have reached Qa acks; only a copy, or every replica failing
+    to give one, decides (never ABSENT)."""
 
     def __init__(self, entry_id: int, ensemble_size: int, write_quorum_size: int,
-                 ack_quorum_size: int) -> None:
+                 ack_quorum_size: int, *, confirmed: bool = False) -> None:
         self.entry_id = entry_id
         self.expected = set(write_set(entry_id, ensemble_size, write_quorum_size))
-        self.absent_needed = write_quorum_size - ack_quorum_size + 1
+        self.absent_needed = write_quorum_size + 1 if confirmed else write_quorum_size - ack_quorum_size + 1
         self.absent: set[int] = set()
         self.errors: set[int] = set()
         self.found = False
