@@ -69,7 +69,7 @@ def test_planted_circle_across_roles_fails_and_shows_the_chain(tmp_path):
                and "ledger_client.protocol.framing" in p for p in problems), problems
 
 
-def test_circle_within_one_role_is_allowed_but_type_checking_imports_do_not_count(tmp_path):
+def test_circle_within_one_role_is_allowed_outside_acyclic_and_type_checking_imports_do_not_count(tmp_path):
     tree = _tree(tmp_path, {**BASE,
                             "metadata/a.py": "from metadata.b import B\nA = 1\n",
                             "metadata/b.py": "from metadata.a import A\nB = 1\n",
@@ -83,3 +83,32 @@ def test_kazoo_only_under_metadata_zk(tmp_path):
                             "metadata/store.py": "import kazoo.client\n"})
     problems = check_layout(tree)
     assert len(problems) == 1 and "metadata.store imports kazoo" in problems[0]
+
+
+def test_planted_circle_within_jobs_fails_even_through_a_function_level_import(tmp_path):
+    tree = _tree(tmp_path, {**BASE, "jobs/source.py": "from jobs.read import R\n",
+                            "jobs/read.py": "def f():\n    from jobs.source import S\n"})
+    problems = check_layout(tree)
+    assert problems == ["import circle in jobs: jobs.read -> jobs.source -> jobs.read"], problems
+    assert check_layout(tree, acyclic=frozenset()) == []     # the rule covers only the packages named
+
+
+def test_type_checking_imports_make_no_circle_in_jobs(tmp_path):
+    tree = _tree(tmp_path, {**BASE, "jobs/source.py": "from jobs.read import R\n",
+                            "jobs/read.py": "from typing import TYPE_CHECKING\n"
+                                            "if TYPE_CHECKING:\n    from jobs.source import S\n"})
+    assert check_layout(tree) == []
+
+
+def test_planted_import_of_the_tools_from_jobs_fails(tmp_path):
+    tools = {"spark_bookie/local/__init__.py": "", "spark_bookie/local/progress.py": "",
+             "spark_bookie/bench/__init__.py": "", "spark_bookie/bench/scan.py": ""}
+    job = "from spark_bookie.local.progress import StepProgress\n\ndef f():\n    import spark_bookie.bench.scan\n" \
+          "    from spark_bookie.cli import main\n"
+    problems = check_layout(_tree(tmp_path, {**BASE, **tools, "jobs/compact.py": job}))
+    assert len(problems) == 3, problems
+    for where, target, role in (("compact.py:1", "spark_bookie.local.progress", "local"),
+                                ("compact.py:4", "spark_bookie.bench.scan", "bench"),
+                                ("compact.py:5", "spark_bookie.cli.main", "cli")):
+        assert any(where in p and f"jobs.compact (jobs) imports {target} ({role}), which jobs may not" in p
+                   for p in problems), (target, problems)
