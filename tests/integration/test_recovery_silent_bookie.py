@@ -63,7 +63,7 @@ def _write_with_tail(sb, silent_position: int) -> tuple[int, list[str]]:
     return w.ledger_id, ensemble
 
 
-def _check_closed(sb, r, lid: int, ensemble: list[str], silent: str, end: int, took: float) -> None:
+def _check_closed(r, lid: int, ensemble: list[str], silent: str, end: int, took: float) -> None:
     """Closed at `end` (at or above every acknowledged id), every entry readable, the old writer
     fenced on the bookies that answered, and the recovery well under the read timeout."""
     print(f"recovery open took {took:.2f}s, closed at {r.last_add_confirmed}")
@@ -97,7 +97,7 @@ def test_recovery_does_not_wait_for_a_bookie_silent_from_the_start(sb, silent_po
     with _reader(sb) as rc:
         os.killpg(silent.proc.pid, signal.SIGSTOP)
         r, took = _recover(rc, lid, silent.proc)
-        _check_closed(sb, r, lid, ensemble, silent.bookie_id, 20, took)
+        _check_closed(r, lid, ensemble, silent.bookie_id, 20, took)
 
 
 @pytest.mark.parametrize("silent_position", [0, 1, 2])
@@ -119,7 +119,7 @@ def test_recovery_does_not_wait_for_a_bookie_cut_during_fencing(sb, silent_posit
 
         monkeypatch.setattr(bc, "read_future", fence_then_stop)
         r, took = _recover(rc, lid, silent.proc)
-        _check_closed(sb, r, lid, ensemble, silent.bookie_id, 20, took)
+        _check_closed(r, lid, ensemble, silent.bookie_id, 20, took)
 
 
 @pytest.mark.parametrize("silent_position", [0, 1, 2])
@@ -143,6 +143,6 @@ def test_recovery_after_a_writer_acknowledged_entries_without_the_silent_bookie(
                 r, took = _recover(rc, lid, silent.proc)
                 told = acked + [f.result() for f in futs if f.done() and f.exception() is None]
                 assert r.last_add_confirmed >= max(told), (r.last_add_confirmed, max(told))
-                _check_closed(sb, r, lid, ensemble, silent.bookie_id, r.last_add_confirmed, took)
+                _check_closed(r, lid, ensemble, silent.bookie_id, r.last_add_confirmed, took)
         finally:
             os.killpg(silent.proc.pid, signal.SIGCONT)
