@@ -19,6 +19,7 @@ from metadata import (
 )
 from metadata.streams import (
     NamespaceGoneError,
+    SegmentEnd,
     SegmentMeta,
     StreamGoneError,
     StreamLockTimeoutError,
@@ -32,6 +33,8 @@ from metadata.streams import (
 from .. import errors
 from .dlsn import DLSN
 from .settings import NamespaceSettings
+
+STREAM_INFO_TRIES = 3   # reads of a stream whose in-progress segment's ledger vanished meanwhile
 
 if TYPE_CHECKING:
     from ..client import LedgerClient
@@ -74,25 +77,34 @@ def check_names(*names: tuple[str, str]) -> None:
 
 @dataclass(frozen=True)
 class SegmentInfo:
+    """A segment as stream_info found it. The one in progress is read from its ledger (up to the LAC
+    the bookies know, without fencing): its ``last_*``, ``record_count`` and ``bytes`` cover the
+    records acknowledged so far."""
+
     sequence: int
     ledger_id: int | None          # None once tiered (its ledger is deleted)
     state: str                     # "in_progress" | "sealed" | "tiered"
     first_dlsn: DLSN
-    last_dlsn: DLSN | None         # None while in progress, or when empty
+    last_dlsn: DLSN | None         # None while the segment has no (confirmed) record
     first_txid: int
-    last_txid: int                 # -1 while in progress
-    record_count: int              # 0 while in progress (known once sealed)
-    bytes: int
+    last_txid: int                 # -1 while the segment has no (confirmed) record
+    record_count: int
+    bytes: int                     # of its ledger (in progress: up to the LAC)
     ctime_ms: int
     table: str | None = None       # where a tiered segment's records are
     delta_version: int | None = None
 
     @classmethod
-    def of(cls, s: SegmentMeta) -> SegmentInfo:
-        last = s.last_dlsn
+    def of(cls, s: SegmentMeta, live: SegmentEnd | None = None) -> SegmentInfo:
+        """``live``: where an in-progress segment ends so far (segments.live_end)."""
+        tier = s.tier
+        last, last_txid, count, nbytes = s.last_dlsn, s.last_txid, s.record_count, s.bytes
+        if not s.is_sealed and live is not None:
+            last = (s.sequence, live.last_entry_id, live.last_slot) if live.record_count else None
+            last_txid, count, nbytes = live.last_txid, live.record_count, live.nbytes
         return cls(s.sequence, s.ledger_id, s.state.value, DLSN(*s.first_dlsn), DLSN(*last) if last else None,
-                   s.first_txid, s.last_txid, s.record_count, s.bytes, s.ctime_ms,
-                   s.tier.table if s.tier else None, s.tier.delta_version if s.tier else None)
+                   s.first_txid, last_txid, count, nbytes, s.ctime_ms,
+                   tier.table if tier else None, tier.delta_version if tier else None)
 
 
 @dataclass(frozen=True)
@@ -100,21 +112,22 @@ class StreamInfo:
     name: str
     segments: list[SegmentInfo]
     first_dlsn: DLSN | None        # the first record a reader can get (after truncation)
-    last_dlsn: DLSN | None         # the last sealed record (the in-progress segment's are not in metadata)
+    last_dlsn: DLSN | None         # the last record acknowledged (in progress: confirmed) so far
     last_txid: int
     end_of_stream: bool
     truncated_before: DLSN | None
 
     @classmethod
-    def of(cls, name: str, view: StreamView) -> StreamInfo:
-        segs = [SegmentInfo.of(s) for s in view.ordered()]
+    def of(cls, name: str, view: StreamView, live: SegmentEnd | None = None) -> StreamInfo:
+        """``live``: where the segment in progress ends so far (segments.live_end)."""
+        segs = [SegmentInfo.of(s, live) for s in view.ordered()]
         lasts = [s.last_dlsn for s in segs if s.last_dlsn is not None]
         tb = DLSN(*view.meta.truncated_before) if view.meta.truncated_before else None
         first = segs[0].first_dlsn if segs else None
         if first is not None and tb is not None and tb > first:
             first = tb
-        return cls(name, segs, first, lasts[-1] if lasts else None, view.meta.max_txid,
-                   view.meta.end_of_stream, tb)
+        last_txid = max([view.meta.max_txid, *(s.last_txid for s in segs)])
+        return cls(name, segs, first, lasts[-1] if lasts else None, last_txid, view.meta.end_of_stream, tb)
 
 
 class Namespace:
@@ -183,7 +196,20 @@ class Namespace:
         return view
 
     def stream_info(self, name: str) -> StreamInfo:
-        return StreamInfo.of(name, self.view(name))
+        """The stream's segments and positions, the one in progress included up to the LAC the
+        bookies know (read without fencing: its writer, alive or dead, is left alone)."""
+        from .segments import live_end
+
+        for attempt in range(STREAM_INFO_TRIES):
+            view = self.view(name)
+            seg = view.in_progress
+            try:
+                return StreamInfo.of(name, view, live_end(self, name, seg) if seg is not None else None)
+            except errors.NoSuchLedgerError:
+                if attempt + 1 == STREAM_INFO_TRIES:
+                    raise
+                # The segment went after the read (an empty one dropped by a recovery): read again.
+        raise errors.MetadataServiceError(f"stream {self.name}/{name}: no stream info")  # not reached
 
     def delete_stream(self, name: str) -> None:
         """The stream, its metadata and its segments' ledgers."""

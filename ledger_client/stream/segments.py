@@ -1,6 +1,7 @@
 """What a stream writer does to segments through the metadata: the commit loop, recovering a dead
 writer's segment, and retention. Each step is a pure transition (metadata.streams.transitions)
-committed by one multi-op; a lost CAS re-reads the stream and decides again.
+committed by one multi-op; a lost CAS re-reads the stream and decides again. Also where a segment
+in progress ends so far (stream info), read without fencing.
 """
 
 from __future__ import annotations
@@ -18,11 +19,13 @@ from .namespace import now_ms, stream_errors
 from .records import RecordSet
 
 if TYPE_CHECKING:
+    from ..read_handle import ReadHandle
     from .namespace import Namespace
 
 log = logging.getLogger(__name__)
 
 COMMIT_TRIES_MAX = 20
+LEGACY_BYTES_CHUNK_ENTRIES = 64   # entries per read when a format-1 segment's bytes must be summed
 
 
 def commit(ns: Namespace, name: str, decide: Callable[[StreamView], Change | None],
@@ -59,28 +62,70 @@ def recover_segment(ns: Namespace, name: str, seg: SegmentMeta, lock: StreamLock
     if seg.ledger_id is None:
         raise errors.MetadataServiceError(f"segment {seg.sequence} of {ns.name}/{name} is in progress without a ledger")
     h = ns.client.open_ledger(seg.ledger_id, ns.settings.ledger_password, recovery=True)
-    last = h.last_add_confirmed
-    if last < 0:
-        log.info("stream %s/%s: dropping empty segment %d (ledger %d)", ns.name, name, seg.sequence, seg.ledger_id)
+    found = last_records(h, seg, h.last_add_confirmed, f"ledger {seg.ledger_id}")
+    if found is None:
+        log.info("stream %s/%s: dropping segment %d (ledger %d) without records", ns.name, name, seg.sequence,
+                 seg.ledger_id)
         commit(ns, name, lambda v: tr.drop_empty_segment(v, seg.sequence) if _still(v, seg) else None, lock)
         return
-    # The last entry may be a control record set (no records): the segment ends at the last entry
-    # that holds records. Control entries only follow a write that completed, one per idle spell,
-    # so this walks back one or two entries.
-    while True:
-        rs = RecordSet(h.read(last, last)[0].data, f"ledger {seg.ledger_id} entry {last}", seg.first_txid)
-        if rs.count or last == 0:
-            break
-        last -= 1
-    if rs.count == 0:
-        log.info("stream %s/%s: dropping segment %d without records", ns.name, name, seg.sequence)
-        commit(ns, name, lambda v: tr.drop_empty_segment(v, seg.sequence) if _still(v, seg) else None, lock)
-        return
+    last, rs = found
     end = SegmentEnd(last_entry_id=last, last_slot=rs.count - 1, record_count=rs.records_before + rs.count,
                      nbytes=h.length, last_txid=int(rs.txids[-1]))
     log.info("stream %s/%s: sealing segment %d of a dead writer at entry %d (%d records)", ns.name, name,
              seg.sequence, last, end.record_count)
     commit(ns, name, lambda v: tr.seal_segment(v, seg.sequence, end, now_ms()) if _still(v, seg) else None, lock)
+
+
+def last_records(h: ReadHandle, seg: SegmentMeta, last: int, where: str,
+                 top: RecordSet | None = None) -> tuple[int, RecordSet] | None:
+    """The last entry at or before ``last`` that holds records, with its record set (``top``: entry
+    ``last``'s, already read); None when none does. The ledger may end with a control record set
+    (no records), but control entries only follow a write that completed, one per idle spell, so
+    this walks back one or two entries."""
+    while last >= 0:
+        rs = top if top is not None else RecordSet(h.read(last, last)[0].data, f"{where} entry {last}",
+                                                  seg.first_txid)
+        top = None
+        if rs.count:
+            return last, rs
+        last -= 1
+    return None
+
+
+def live_end(ns: Namespace, name: str, seg: SegmentMeta) -> SegmentEnd | None:
+    """Where the in-progress segment ``seg`` ends now, as any process sees it: its ledger opened
+    without recovery (never fencing its writer, alive or dead), up to the LAC the bookies know,
+    which covers every record acknowledged to the writer once its next entry (at the latest its
+    idle control record) is stored. The entry at the LAC tells the records and bytes so far (its
+    header's counts of the entries before it); the last record comes from the last entry holding
+    records. None while no entry is confirmed."""
+    if seg.ledger_id is None:
+        return None
+    h = ns.client.open_ledger(seg.ledger_id, ns.settings.ledger_password, recovery=False)
+    lac = h.last_add_confirmed
+    if lac < 0 and not h.is_closed:
+        lac = h.read_last_add_confirmed()   # the open found none, or failed quietly: now its errors show
+    if lac < 0:
+        return None
+    where = f"stream {ns.name}/{name} segment {seg.sequence} (ledger {seg.ledger_id})"
+    data = h.read(lac, lac)[0].data
+    top = RecordSet(data, f"{where} entry {lac}", seg.first_txid)
+    nbytes = top.bytes_before + len(data) if top.bytes_before is not None else _ledger_bytes(h, lac)
+    found = last_records(h, seg, lac, where, top)
+    if found is None:
+        return SegmentEnd(last_entry_id=-1, last_slot=-1, record_count=0, nbytes=nbytes, last_txid=-1)
+    last, rs = found
+    return SegmentEnd(last_entry_id=last, last_slot=rs.count - 1, record_count=rs.records_before + rs.count,
+                      nbytes=nbytes, last_txid=int(rs.txids[-1]))
+
+
+def _ledger_bytes(h: ReadHandle, last: int) -> int:
+    """Bytes of entries 0..last, read: for record sets of format 1, whose header has no byte count
+    (a segment an older writer is still writing)."""
+    total = 0
+    for first in range(0, last + 1, LEGACY_BYTES_CHUNK_ENTRIES):
+        total += sum(len(e.data) for e in h.read(first, min(last, first + LEGACY_BYTES_CHUNK_ENTRIES - 1)))
+    return total
 
 
 def _still(view: StreamView, seg: SegmentMeta) -> bool:

@@ -220,7 +220,8 @@ def add_stream_parser(p: argparse.ArgumentParser) -> None:
     c.add_argument("namespace")
     c.add_argument("--prefix", default="")
     for name, func, help_text, admin in (
-            ("info", cmd_info, "segments, DLSN and txid ranges, counts, state", False),
+            ("info", cmd_info, "segments, DLSN and txid ranges, counts, state (the segment in progress: what "
+                                "its writer was acknowledged so far, read without disturbing it)", False),
             ("delete", cmd_delete, "delete a stream and its ledgers", True),
             ("retention", cmd_retention, "apply the namespace's retention now", True)):
         c = command(name, func, help_text, admin)

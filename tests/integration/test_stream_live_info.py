@@ -1,0 +1,146 @@
+"""Stream info while a writer is open (DistributedLog's getLastDLSN / getLastTxId /
+getLogRecordCount)."""
+
+from __future__ import annotations
+
+import json
+import struct
+import subprocess
+import sys
+import uuid
+
+import numpy as np
+import pytest
+from client_helpers import client
+from stream_helpers import WriterProcess, payload
+
+from ledger_client import DLSN, errors
+from ledger_client.stream.namespace import now_ms
+from ledger_client.stream.segments import commit
+from metadata import LedgerState
+from metadata.streams import transitions as tr
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def sb(zk_server, tmp_path_factory):
+    """One cluster of three bookies for the module (each test uses namespaces of its own)."""
+    from spark_bookie.local.sandbox import Sandbox
+
+    s = Sandbox(tmp_path_factory.mktemp("cluster"), 3, zk_connect=f"{zk_server}/t-{uuid.uuid4().hex[:12]}/ledgers",
+                bookie_settings={"zk_session_timeout_ms": 4000, "gc_interval_ms": 3_600_000})
+    s.start()
+    yield s
+    s.stop()
+
+
+def cli_info(zk: str, stream: str) -> dict:
+    p = subprocess.run([sys.executable, "-m", "spark_bookie.cli", "stream", "--zk", zk, "info", stream, "--json"],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    return json.loads(p.stdout)
+
+
+def confirmed_bytes(c, ledger_id: int, password: bytes) -> tuple[int, int]:
+    """(LAC, bytes of entries 0..LAC) of a ledger, read without fencing it."""
+    h = c.open_ledger(ledger_id, password, recovery=False)
+    lac = h.read_last_add_confirmed()
+    return lac, sum(len(e.data) for e in h.read(0, lac)) if lac >= 0 else 0
+
+
+def test_info_from_another_client_and_process_counts_a_live_writers_acknowledged_records(sb):
+    zk = sb.connect_string
+    with client(sb) as cw, client(sb) as cr:
+        ns = cw.create_namespace("live", segment_rolling_bytes=1_000)   # ~40 records a segment
+        w = ns.open_writer("s")
+        dlsns = [w.write(payload(i), txid=1_000 + i) for i in range(600)]   # each acknowledged
+        w.flush()   # the idle writer's control record, which brings the bookies' LAC to the last write
+        live = dlsns[-1].segment
+        assert live >= 10 and dlsns[-1].entry_id > 0
+
+        info = cr.namespace("live").stream_info("s")
+        assert info.last_txid == 1_599 and info.last_dlsn == dlsns[-1]
+        assert sum(s.record_count for s in info.segments) == 600
+        seg = info.segments[-1]
+        assert seg.sequence == live and seg.state == "in_progress"
+        assert seg.record_count == sum(1 for d in dlsns if d.segment == live)
+        assert seg.last_dlsn == dlsns[-1] and seg.last_txid == 1_599
+        assert seg.first_txid == 1_600 - seg.record_count
+        _lac, nbytes = confirmed_bytes(cr, seg.ledger_id, ns.settings.ledger_password)
+        assert seg.bytes == nbytes > seg.record_count * (12 + len(payload(0)))
+
+        out = cli_info(zk, "live/s")           # another process, the writer still open
+        assert out["last_txid"] == 1_599 and out["last_dlsn"] == str(dlsns[-1])
+        assert sum(s["record_count"] for s in out["segments"]) == 600
+        assert out["segments"][-1]["state"] == "in_progress" and out["segments"][-1]["bytes"] == nbytes
+
+        w.close()
+        sealed = cr.namespace("live").stream_info("s").segments[-1]
+        assert (sealed.state, sealed.record_count, sealed.last_dlsn, sealed.last_txid) == \
+            ("sealed", seg.record_count, seg.last_dlsn, seg.last_txid)
+        assert sealed.bytes >= seg.bytes      # the sealed ledger may end with a control record
+
+
+def test_info_of_a_writer_in_another_process_alive_then_dead_and_never_fenced(sb):
+    with client(sb) as c:
+        ns = c.create_namespace("child", segment_rolling_bytes=1_000)
+        p = WriterProcess(sb.connect_string, "child", "s", 300, start=5_000)
+        try:
+            assert p.done.wait(120), p.lines[-5:]       # 300 acknowledged and flushed; the writer stays open
+            last = DLSN.parse(p.acked[5_299])
+            alive = ns.stream_info("s")
+            assert alive.last_txid == 5_299 and alive.last_dlsn == last
+            assert sum(s.record_count for s in alive.segments) == 300
+        finally:
+            p.kill()                                    # dead, its segment not recovered
+        dead = ns.stream_info("s")
+        assert dead == alive
+        seg = dead.segments[-1]
+        assert seg.state == "in_progress"
+        assert c.ledger_metadata(seg.ledger_id).state is LedgerState.OPEN   # stream_info did not recover it
+        with ns.open_writer("s", lock_timeout_ms=20_000):   # the next writer recovers (fences) and seals it
+            pass
+        sealed = next(s for s in ns.stream_info("s").segments if s.sequence == seg.sequence)
+        assert (sealed.state, sealed.record_count, sealed.last_dlsn, sealed.last_txid) == \
+            ("sealed", seg.record_count, seg.last_dlsn, seg.last_txid)
+
+
+def _v1_record_set(txids: list[int], payloads: list[bytes], before: int, flags: int = 0) -> bytes:
+    """A record set as writers before format version 2 wrote it (no bytes-before field)."""
+    return b"".join((struct.pack("<BBBxIQ", 0xD1, 1, flags, len(payloads), before),
+                     np.asarray(txids, dtype="<i8").tobytes(), np.asarray([len(p) for p in payloads], "<u4").tobytes(),
+                     *payloads))
+
+
+def _start_segment_by_hand(c, ns, stream: str, first_txid: int):
+    """A segment in progress whose ledger this test writes itself (a writer that is, or looks, dead)."""
+    s = ns.settings
+    h = c.create_ledger(s.ensemble_size, s.write_quorum_size, s.ack_quorum_size, s.digest, s.ledger_password)
+    _view, change = commit(ns, stream, lambda v: tr.start_segment(v, h.ledger_id, first_txid, now_ms()), None)
+    return h, change.create[0].sequence
+
+
+def test_info_of_empty_and_older_format_in_progress_segments_without_fencing(sb):
+    with client(sb) as c, client(sb) as other:
+        ns = c.create_namespace("hand")
+        with ns.open_writer("s") as w:
+            before = [w.write(payload(i), txid=i) for i in range(3)]
+        h, seq = _start_segment_by_hand(c, ns, "s", 3)   # a writer that just rolled: no entry yet
+        info = other.namespace("hand").stream_info("s")
+        seg = info.segments[-1]
+        assert (seg.sequence, seg.state, seg.record_count, seg.bytes, seg.last_dlsn, seg.last_txid) == \
+            (seq, "in_progress", 0, 0, None, -1)
+        assert info.last_dlsn == before[-1] and info.last_txid == 2
+
+        # Entries as an older writer wrote them (record sets of format 1), then its idle control record.
+        e0 = _v1_record_set([3, 4, 5], [b"a", b"bb", b"ccc"], 0)
+        e1 = _v1_record_set([6], [b"dddd"], 3)
+        for body in (e0, e1, _v1_record_set([], [], 4, flags=0x01)):
+            h.append(body)
+        info = other.namespace("hand").stream_info("s")   # the bookies' LAC is entry 1 (the control carried it)
+        seg = info.segments[-1]
+        assert (seg.record_count, seg.bytes, seg.last_dlsn, seg.last_txid) == (4, len(e0) + len(e1), DLSN(seq, 1, 0), 6)
+        assert info.last_dlsn == DLSN(seq, 1, 0) and info.last_txid == 6
+        h.append(_v1_record_set([7], [b"e"], 4))          # not fenced: the writer still gets acks
+        h.close()
