@@ -161,3 +161,12 @@ class CorruptRecordSetError(StreamError, ReadError):
     """A ledger entry of a stream is not a record set this code can read."""
 
     code = -212
+
+
+class StreamFencedError(LedgerFencedError, StreamClosedError):
+    """Another writer took the stream over and fenced this writer's segment: the record in flight
+    then, and every write, flush or truncation after it, fail with this. A LedgerFencedError (its
+    code too) so that a leader catching that learns it lost the log on any later write; also a
+    StreamClosedError, which the writer is."""
+
+    code = LedgerFencedError.code

@@ -95,6 +95,7 @@ class StreamWriter:
         self._draining = False
         self._missed = False               # a completion came while the mutex was held
         self._error: errors.LedgerError | None = None
+        self._taken_by: str | None = None  # who took the stream over, once a write after it asked
         self._closed = False
         self._ended = False
         ns.ensure_stream(name)
@@ -145,6 +146,8 @@ class StreamWriter:
             raise errors.RecordTooLargeError(f"a record of {len(data)} bytes is over record_size_bytes_max ({limit})")
         if txid is not None and (not isinstance(txid, int) or isinstance(txid, bool)):
             raise errors.IncorrectParameterError(f"txid must be an int, not {txid!r}")
+        if self._error is not None:  # before the mutex: naming who took the stream over reads ZooKeeper
+            raise self._failed_error()
         fut: Future[DLSN] = AppendFuture()   # settled once, by the completion drainer
         try:
             with self._mutex:   # not _locked(): a context manager per record cost ~1 us; `finally` is its exit
@@ -166,11 +169,39 @@ class StreamWriter:
 
     def _check_writable(self) -> None:
         if self._error is not None:
-            raise errors.StreamClosedError(f"{self!r} failed: {self._error}") from self._error
+            raise self._failed_error(look_up=False)
         if self._ended:
             raise errors.EndOfStreamError(f"stream {self.ns.name}/{self.name} has ended")
         if self._closed:
             raise errors.StreamClosedError(f"{self!r} is closed")
+
+    def _failed_error(self, look_up: bool = True) -> errors.LedgerError:
+        """What a write, flush or truncation gets once the writer failed, its failure chained: after
+        a takeover (the segment fenced) StreamFencedError, a LedgerFencedError naming the writer that
+        took the stream over (``look_up``: read its lock node, once; never under the mutex);
+        otherwise StreamClosedError."""
+        error = self._error
+        if not isinstance(error, errors.LedgerFencedError):
+            failed: errors.LedgerError = errors.StreamClosedError(f"{self!r} failed: {error}")
+        else:
+            if look_up and self._taken_by is None:
+                self._taken_by = self._new_owner()
+            failed = errors.StreamFencedError(
+                f"stream {self.ns.name}/{self.name} was taken over by {self._taken_by or 'another writer'}, which "
+                "fenced this writer's segment: this writer can write no more")
+        failed.__cause__ = error
+        return failed
+
+    def _new_owner(self) -> str:
+        """The writer that holds the stream now, from its lock node ("another writer" if none does
+        or ZooKeeper cannot say)."""
+        try:
+            with stream_errors(f"read the lock of {self.ns.name}/{self.name}"):
+                holder = self._client.store.stream_lock_holder(self.ns.name, self.name)
+        except errors.LedgerError as e:
+            log.info("%r: who took the stream over is unknown: %s", self, e)
+            return "another writer"
+        return f"writer {holder}" if holder and holder != self._lock.owner else "another writer"
 
     def _pump_locked(self, full_only: bool) -> None:
         """Under the mutex: send buffered records as entries (only full ones with ``full_only``),
@@ -330,8 +361,8 @@ class StreamWriter:
         """Under the mutex: the writer is broken; every record not yet acknowledged fails."""
         if self._error is None:
             if isinstance(error, errors.LedgerFencedError):
-                error = errors.LedgerFencedError(f"stream {self.ns.name}/{self.name}: {error} (another writer "
-                                                 "recovered the segment: it owns the stream now)")
+                error = errors.StreamFencedError(f"stream {self.ns.name}/{self.name} was taken over by another "
+                                                 f"writer, which recovered this writer's segment: {error}")
             self._error = error
             log.warning("%r failed: %s", self, error)
         futs = list(also or [])
@@ -429,14 +460,16 @@ class StreamWriter:
                 self._cond.wait(min(left, 0.05))
                 self._absorb_locked()
                 self._pump_locked(full_only=False)
-            if self._error is not None:
-                raise errors.StreamClosedError(f"{self!r} failed: {self._error}") from self._error
+        if self._error is not None:
+            raise self._failed_error()
 
     def truncate(self, dlsn: DLSN) -> None:
         """No reader returns a record before ``dlsn`` from now on; whole segments before it go."""
         if not isinstance(dlsn, tuple) or len(dlsn) != 3:
             raise errors.IncorrectParameterError(f"truncate takes a DLSN, not {dlsn!r}")
         point = DLSN.of(*dlsn)
+        if self._error is not None:
+            raise self._failed_error()
         with self._locked():
             self._check_writable()
         commit(self.ns, self.name, lambda v: tr.truncate(v, (point.segment, point.entry_id, point.slot)), self._lock)

@@ -1,5 +1,5 @@
 """Stream info while a writer is open (DistributedLog's getLastDLSN / getLastTxId /
-getLogRecordCount)."""
+getLogRecordCount), and what a writer sees after another one took its stream over."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ from ledger_client.stream.namespace import now_ms
 from ledger_client.stream.segments import commit
 from metadata import LedgerState
 from metadata.streams import transitions as tr
+from metadata.zk.testing import expire_session
 
 pytestmark = pytest.mark.integration
 
@@ -144,3 +145,43 @@ def test_info_of_empty_and_older_format_in_progress_segments_without_fencing(sb)
         assert info.last_dlsn == DLSN(seq, 1, 0) and info.last_txid == 6
         h.append(_v1_record_set([7], [b"e"], 4))          # not fenced: the writer still gets acks
         h.close()
+
+
+def test_a_taken_over_writer_gets_ledger_fenced_errors_naming_the_new_writer(sb):
+    with client(sb) as ca, client(sb) as cb:
+        ns_a = ca.create_namespace("takeover")
+        wa, wa2 = ns_a.open_writer("s"), ns_a.open_writer("s2")
+        for i in range(5):
+            wa.write(payload(i), txid=i)
+            wa2.write(payload(i), txid=i)
+        expire_session(ca.store, timeout_s=4)              # A's locks go with its session ...
+        ns_b = cb.namespace("takeover")
+        wb = ns_b.open_writer("s", lock_timeout_ms=20_000)   # ... B takes "s" over, fencing A's segment
+        holder = cb.store.stream_lock_holder("takeover", "s")
+        assert holder
+        with pytest.raises(errors.LedgerFencedError, match="taken over"):   # the write in flight when A learns it
+            wa.write(payload(5), txid=5)
+        for _ in range(3):                                # and every later one, sync and async
+            with pytest.raises(errors.LedgerFencedError, match="taken over") as sync:
+                wa.write(payload(6), txid=6)
+            assert f"writer {holder}" in str(sync.value) and sync.value.code == errors.LedgerFencedError.code
+            with pytest.raises(errors.LedgerFencedError, match="taken over") as asyn:
+                wa.write_async(payload(7), txid=7).result(10)
+            assert f"writer {holder}" in str(asyn.value)
+        with pytest.raises(errors.LedgerFencedError):
+            wa.flush()
+        with pytest.raises(errors.LedgerFencedError):
+            wa.truncate(DLSN(1, 0, 0))
+        assert isinstance(sync.value, errors.StreamClosedError)   # still that too: the writer is closed
+        wb.write(b"b's", txid=100)
+        wb.close()
+        with pytest.raises(errors.LedgerFencedError, match=f"taken over by writer {holder}"):   # who took it over
+            wa.write(payload(8), txid=8)
+        wa.close()                                        # quiet
+
+        ns_b.open_writer("s2", lock_timeout_ms=20_000).close()   # took "s2" over and let it go again
+        with pytest.raises(errors.LedgerFencedError):
+            wa2.write(payload(5), txid=5)
+        with pytest.raises(errors.LedgerFencedError, match="taken over by another writer"):   # nobody holds it
+            wa2.write(payload(6), txid=6)
+        wa2.close()
