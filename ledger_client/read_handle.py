@@ -108,6 +108,7 @@ class ReadHandle:
             -1 if last_add_confirmed is None else last_add_confirmed)
         self._lock = threading.Lock()
         self._rotate = 0
+        self._known_length = (-1, 0)   # (entry id, the ledger's length through it): the highest confirmed read
 
     # ------------------------------------------------------------------ state
 
@@ -125,7 +126,10 @@ class ReadHandle:
 
     @property
     def length(self) -> int:
-        return self._md.length if self.is_closed else 0
+        """The closed ledger's length; for one still being written, its length through the highest
+        confirmed entry this handle has read (each entry's framing header carries the ledger's
+        length through it, as BookKeeper's does): what a reader knows of a growing ledger."""
+        return self._md.length if self.is_closed else self._known_length[1]
 
     def _advance_lac(self, lac: int) -> int:
         with self._lock:
@@ -169,9 +173,13 @@ class ReadHandle:
 
     def decode(self, entry_id: int, body: bytes) -> LedgerEntry:
         try:
-            _lac, _length, data = self._digester.unframe(body, self.ledger_id, entry_id)
+            _lac, length, data = self._digester.unframe(body, self.ledger_id, entry_id)
         except FramingError as e:
             raise errors.DigestMismatchError(str(e)) from e
+        if self._known_length[0] < entry_id <= self._lac:
+            with self._lock:
+                if self._known_length[0] < entry_id:
+                    self._known_length = (entry_id, length)
         return LedgerEntry(self.ledger_id, entry_id, data)
 
     # ------------------------------------------------------------------ entries
@@ -243,6 +251,8 @@ class ReadHandle:
             bookies = md.ensembles[k]
             if md.ensemble_size == md.write_quorum_size:
                 out += self._range_read(e, end, bookies)
+            elif e == end:  # one entry of a striped fragment: from its write set, header and all
+                out += self._entry_reads(e, end, bookies)
             else:
                 lid = self.ledger_id
                 out += [LedgerEntry(lid, e + i, p) for i, p in enumerate(read_striped(self, e, end, bookies))]

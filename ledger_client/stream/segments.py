@@ -25,7 +25,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 COMMIT_TRIES_MAX = 20
-LEGACY_BYTES_CHUNK_ENTRIES = 64   # entries per read when a format-1 segment's bytes must be summed
 
 
 def commit(ns: Namespace, name: str, decide: Callable[[StreamView], Change | None],
@@ -96,9 +95,9 @@ def live_end(ns: Namespace, name: str, seg: SegmentMeta) -> SegmentEnd | None:
     """Where the in-progress segment ``seg`` ends now, as any process sees it: its ledger opened
     without recovery (never fencing its writer, alive or dead), up to the LAC the bookies know,
     which covers every record acknowledged to the writer once its next entry (at the latest its
-    idle control record) is stored. The entry at the LAC tells the records and bytes so far (its
-    header's counts of the entries before it); the last record comes from the last entry holding
-    records. None while no entry is confirmed."""
+    idle control record) is stored. The entry at the LAC tells the records so far (its record
+    set's count of the records before it) and the bytes (its framing header's ledger length); the
+    last record comes from the last entry holding records. None while no entry is confirmed."""
     if seg.ledger_id is None:
         return None
     h = ns.client.open_ledger(seg.ledger_id, ns.settings.ledger_password, recovery=False)
@@ -110,22 +109,13 @@ def live_end(ns: Namespace, name: str, seg: SegmentMeta) -> SegmentEnd | None:
     where = f"stream {ns.name}/{name} segment {seg.sequence} (ledger {seg.ledger_id})"
     data = h.read(lac, lac)[0].data
     top = RecordSet(data, f"{where} entry {lac}", seg.first_txid)
-    nbytes = top.bytes_before + len(data) if top.bytes_before is not None else _ledger_bytes(h, lac)
+    nbytes = h.length   # the ledger's length through the entry at the LAC, from its framing header
     found = last_records(h, seg, lac, where, top)
     if found is None:
         return SegmentEnd(last_entry_id=-1, last_slot=-1, record_count=0, nbytes=nbytes, last_txid=-1)
     last, rs = found
     return SegmentEnd(last_entry_id=last, last_slot=rs.count - 1, record_count=rs.records_before + rs.count,
                       nbytes=nbytes, last_txid=int(rs.txids[-1]))
-
-
-def _ledger_bytes(h: ReadHandle, last: int) -> int:
-    """Bytes of entries 0..last, read: for record sets of format 1, whose header has no byte count
-    (a segment an older writer is still writing)."""
-    total = 0
-    for first in range(0, last + 1, LEGACY_BYTES_CHUNK_ENTRIES):
-        total += sum(len(e.data) for e in h.read(first, min(last, first + LEGACY_BYTES_CHUNK_ENTRIES - 1)))
-    return total
 
 
 def _still(view: StreamView, seg: SegmentMeta) -> bool:

@@ -64,7 +64,6 @@ class TaskLedgerWriter:
         self._payloads: list[bytes] = []
         self._size = 0
         self._records = 0
-        self._ledger_bytes = 0                # the ledger's length so far (a record set's "bytes before")
         self._first_txid: int | None = None
         self._last_txid: int | None = None
         self._in_flight: deque[Future[int]] = deque()
@@ -101,10 +100,8 @@ class TaskLedgerWriter:
 
     def _send(self) -> None:
         h = self._handle or self._create()
-        body = encode(self._txids, self._payloads, self._records, FLAG_SEGMENT_TXIDS if self.relative else 0,
-                      self._ledger_bytes)
+        body = encode(self._txids, self._payloads, self._records, FLAG_SEGMENT_TXIDS if self.relative else 0)
         self._records += len(self._payloads)
-        self._ledger_bytes += len(body)
         self._last_slot = len(self._payloads) - 1
         self._txids, self._payloads, self._size = [], [], 0
         self._in_flight.append(h.append_async(body))

@@ -60,7 +60,6 @@ class _Segment:
     handle: WriteHandle
     started: float                    # monotonic
     records: int = 0                  # records sent to it so far (a record set's "records before")
-    ledger_bytes: int = 0             # its ledger's length so far (a record set's "bytes before")
     payload_bytes: int = 0
     last_txid: int = -1
     last_slot: int = -1
@@ -240,9 +239,8 @@ class StreamWriter:
             entry.futures.append(fut)
             size += len(data) + RECORD_OVERHEAD_BYTES
         self._buffer_bytes -= size
-        body = encode(txids, payloads, seg.records, bytes_before=seg.ledger_bytes)
+        body = encode(txids, payloads, seg.records)
         seg.records += len(payloads)
-        seg.ledger_bytes += len(body)
         seg.payload_bytes += size
         seg.last_txid, seg.last_slot = txids[-1], len(payloads) - 1
         self._in_flight.append(entry)
@@ -339,14 +337,12 @@ class StreamWriter:
         travels on the add connections like any entry."""
         entry = _Entry(seg, control=True)
         self._in_flight.append(entry)
-        body = encode([], [], seg.records, FLAG_CONTROL, seg.ledger_bytes)
         try:
-            appended = seg.handle.append_async(body)
+            appended = seg.handle.append_async(encode([], [], seg.records, FLAG_CONTROL))
         except errors.LedgerError as e:
             self._in_flight.pop()
             log.debug("%r: control record not sent: %s", self, e)
             return
-        seg.ledger_bytes += len(body)
         appended.add_done_callback(partial(self._on_entry, entry))
 
     @contextmanager

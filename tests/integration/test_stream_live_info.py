@@ -4,18 +4,17 @@ getLogRecordCount), and what a writer sees after another one took its stream ove
 from __future__ import annotations
 
 import json
-import struct
 import subprocess
 import sys
 import uuid
 
-import numpy as np
 import pytest
 from client_helpers import client
 from stream_helpers import WriterProcess, payload
 
 from ledger_client import DLSN, errors
 from ledger_client.stream.namespace import now_ms
+from ledger_client.stream.records import FLAG_CONTROL, encode
 from ledger_client.stream.segments import commit
 from metadata import LedgerState
 from metadata.streams import transitions as tr
@@ -107,13 +106,6 @@ def test_info_of_a_writer_in_another_process_alive_then_dead_and_never_fenced(sb
             ("sealed", seg.record_count, seg.last_dlsn, seg.last_txid)
 
 
-def _v1_record_set(txids: list[int], payloads: list[bytes], before: int, flags: int = 0) -> bytes:
-    """A record set as writers before format version 2 wrote it (no bytes-before field)."""
-    return b"".join((struct.pack("<BBBxIQ", 0xD1, 1, flags, len(payloads), before),
-                     np.asarray(txids, dtype="<i8").tobytes(), np.asarray([len(p) for p in payloads], "<u4").tobytes(),
-                     *payloads))
-
-
 def _start_segment_by_hand(c, ns, stream: str, first_txid: int):
     """A segment in progress whose ledger this test writes itself (a writer that is, or looks, dead)."""
     s = ns.settings
@@ -122,9 +114,10 @@ def _start_segment_by_hand(c, ns, stream: str, first_txid: int):
     return h, change.create[0].sequence
 
 
-def test_info_of_empty_and_older_format_in_progress_segments_without_fencing(sb):
+def test_info_of_empty_and_hand_written_striped_segments_without_fencing(sb):
+    """A striped namespace (E3/Qw2): the entry at the LAC is read from its write set."""
     with client(sb) as c, client(sb) as other:
-        ns = c.create_namespace("hand")
+        ns = c.create_namespace("hand", ensemble_size=3, write_quorum_size=2, ack_quorum_size=2)
         with ns.open_writer("s") as w:
             before = [w.write(payload(i), txid=i) for i in range(3)]
         h, seq = _start_segment_by_hand(c, ns, "s", 3)   # a writer that just rolled: no entry yet
@@ -134,16 +127,16 @@ def test_info_of_empty_and_older_format_in_progress_segments_without_fencing(sb)
             (seq, "in_progress", 0, 0, None, -1)
         assert info.last_dlsn == before[-1] and info.last_txid == 2
 
-        # Entries as an older writer wrote them (record sets of format 1), then its idle control record.
-        e0 = _v1_record_set([3, 4, 5], [b"a", b"bb", b"ccc"], 0)
-        e1 = _v1_record_set([6], [b"dddd"], 3)
-        for body in (e0, e1, _v1_record_set([], [], 4, flags=0x01)):
+        # Entries of a writer that is not this client's, then its idle control record.
+        e0 = encode([3, 4, 5], [b"a", b"bb", b"ccc"], 0)
+        e1 = encode([6], [b"dddd"], 3)
+        for body in (e0, e1, encode([], [], 4, FLAG_CONTROL)):
             h.append(body)
         info = other.namespace("hand").stream_info("s")   # the bookies' LAC is entry 1 (the control carried it)
         seg = info.segments[-1]
         assert (seg.record_count, seg.bytes, seg.last_dlsn, seg.last_txid) == (4, len(e0) + len(e1), DLSN(seq, 1, 0), 6)
         assert info.last_dlsn == DLSN(seq, 1, 0) and info.last_txid == 6
-        h.append(_v1_record_set([7], [b"e"], 4))          # not fenced: the writer still gets acks
+        h.append(encode([7], [b"e"], 4))          # not fenced: the writer still gets acks
         h.close()
 
 

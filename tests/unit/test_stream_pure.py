@@ -31,30 +31,18 @@ def test_dlsn_orders_prints_and_parses():
 
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.tuples(st.integers(-2**63, 2**63 - 1), st.binary(max_size=300)), max_size=50),
-       st.integers(0, 2**63 - 1), st.integers(0, 2**64 - 1))
-def test_record_set_round_trip(recs, before, nbytes):
-    data = records.encode([t for t, _ in recs], [p for _, p in recs], before, bytes_before=nbytes)
+       st.integers(0, 2**63 - 1))
+def test_record_set_round_trip(recs, before):
+    data = records.encode([t for t, _ in recs], [p for _, p in recs], before)
     rs = records.RecordSet(data)
-    assert rs.count == len(recs) and rs.records_before == before and rs.bytes_before == nbytes and not rs.is_control
+    assert rs.count == len(recs) and rs.records_before == before and not rs.is_control
     assert rs.txids.tolist() == [t for t, _ in recs] and rs.payloads == [p for _, p in recs]
-
-
-def test_record_sets_of_format_1_are_still_read():
-    """Written before the header carried the bytes before the entry: the same, 8 bytes shorter."""
-    v2 = records.encode([5, 6], [b"a", b"bb"], 3, bytes_before=99)
-    v1 = bytes([0xD1, 1]) + v2[2:16] + v2[24:]
-    rs = records.RecordSet(v1)
-    assert (rs.count, rs.records_before, rs.bytes_before, rs.txids.tolist(), rs.payloads) == \
-        (2, 3, None, [5, 6], [b"a", b"bb"])
-    control = records.RecordSet(bytes([0xD1, 1, records.FLAG_CONTROL]) + bytes(5) + (7).to_bytes(8, "little"))
-    assert control.is_control and control.count == 0 and control.records_before == 7
 
 
 def test_malformed_record_sets_are_refused(seed):
     rng = random.Random(seed)
     good = records.encode([1, 2, 3], [b"a", b"bb", b"ccc"], 7)
-    bad = [b"", good[:10], good[:20], good[:-1], good + b"x", bytes([0xD0]) + good[1:], good[:1] + b"\x03" + good[2:],
-           good[:1] + b"\x01" + good[2:],   # format 1's header is 8 bytes shorter: the lengths no longer add up
+    bad = [b"", good[:10], good[:-1], good + b"x", bytes([0xD0]) + good[1:], good[:1] + b"\x02" + good[2:],
            good[:2] + b"\x80" + good[3:], good[:4] + (10 ** 6).to_bytes(4, "little") + good[8:]]
     for _ in range(200):
         b = bytearray(good)
