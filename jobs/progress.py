@@ -3,8 +3,8 @@ terminal, one plain line per step elsewhere (logs, CI, a pipe), never both.
 
 The job libraries (jobs/delta_compaction.py, jobs/stream_tiering.py) report named steps through a
 hook and print nothing themselves; only the entry point makes a display. Jobs run without the
-command-line tools installed, so this is the jobs' own reporter (the tools have theirs in
-spark_bookie/local/progress.py; they may import this one, this never imports them).
+command-line tools installed, so the reporter lives here, and the benches (spark_bookie/bench)
+use it too: they may import jobs, jobs never import them.
 """
 
 from __future__ import annotations

@@ -22,9 +22,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from jobs.progress import StepProgress
 from spark_bookie.bench.common import REDIS_MISSING, cpu_seconds, pct, redis_server, timed_threads
 from spark_bookie.bench.host import cpu_times, fdatasyncs, round_trips, steal_share
-from spark_bookie.local.progress import StepProgress
 
 GOAL_ENTRIES_PER_S = 20_000
 GOAL_PEER_RATIO = 2.0

@@ -20,8 +20,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from jobs.progress import StepProgress
 from spark_bookie.bench.common import pct, raw_fsync_per_write, raw_group_commit
-from spark_bookie.local.progress import StepProgress
 
 GOAL_ADDS_PER_S = 30_000
 GOAL_JOURNAL_RATIO = 0.5

@@ -28,8 +28,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from jobs.progress import StepProgress
 from spark_bookie.bench.common import cpu_seconds, raw_group_commit
-from spark_bookie.local.progress import StepProgress
 
 GOAL_MB_PER_S = 50.0
 POLL_S = 0.1                # the repair's progress is polled this often (cheap reads only)

@@ -25,8 +25,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from jobs.progress import StepProgress
 from spark_bookie.bench.common import finish
-from spark_bookie.local.progress import StepProgress
 
 GOAL_ENTRIES_PER_S = 100_000
 GOAL_SPARK_RATIO = 2.0

@@ -25,9 +25,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from jobs.progress import StepProgress
 from spark_bookie.bench.common import finish
 from spark_bookie.bench.stream import catch_up
-from spark_bookie.local.progress import StepProgress
 
 GOAL_WRITE_RATIO = 0.5
 GOAL_READ_RATIO = 2.0

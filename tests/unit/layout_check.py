@@ -49,7 +49,7 @@ ALLOWED: dict[str, set[str]] = {
     "http": _BOOKIE | _LIBS,
     "hosting": _BOOKIE | _LIBS | {"deploy", "http"},
     "local": _BOOKIE | _LIBS | {"deploy", "hosting", "http"},
-    "bench": _BOOKIE | _LIBS | {"deploy", "hosting", "local", "http"},
+    "bench": _BOOKIE | _LIBS | {"deploy", "hosting", "local", "http", "jobs"},   # jobs: the step reporter
     "cli": _BOOKIE | _LIBS | {"deploy", "hosting", "local", "bench", "http", "jobs"},
     "jobs": _BOOKIE | _LIBS | {"deploy", "hosting", "http"},   # never cli, bench or local
     "pyspark_ledger": {"jobs"},
