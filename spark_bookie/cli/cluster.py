@@ -8,10 +8,14 @@ import json
 import sys
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from metadata import MetadataError, MetadataStore
 from spark_bookie.hosting.health import cluster_health, health_line
 from spark_bookie.hosting.slots import DEFAULT_NAME, STOPPED, app_key, decode_status, request_stop
+
+if TYPE_CHECKING:
+    from spark_bookie.local.sandbox_dir import SandboxDir, SandboxRecord
 
 
 def add_cluster_parser(p: argparse.ArgumentParser, zk_default: str) -> None:
@@ -119,27 +123,31 @@ def _bookie_http_state(slot: dict[str, object]) -> dict[str, object] | None:
 
 
 def run_spark_sandbox(root: str, bookies: int, zk_port: int | None, wait: Callable[[], object],
-                      secure: bool = False) -> int:
+                      secure: bool = False, sandbox_dir: SandboxDir | None = None,
+                      resume: SandboxRecord | None = None) -> int:
     """`spark-bookie sandbox --spark`: ZooKeeper + this application on local-cluster[N,1,1024].
     With ``secure`` (`--secure`), the executors' bookies run with mTLS, tokens and zk_auth, and the
-    client config that gets in is printed (spark_bookie/local/secure.py)."""
+    client config that gets in is printed (spark_bookie/local/secure.py). With ``resume`` (a
+    previous sandbox's record), ZooKeeper and the bookies come back on its ports, with its data
+    and credentials; ``sandbox_dir`` gets the record of this one once it is up."""
     from spark_bookie.local.sandbox import SparkSandbox
+    from spark_bookie.local.sandbox_dir import SPARK, SandboxRecord
+    from spark_bookie.local.secure import load_secure_files, sandbox_secure_files
 
     files = None
     if secure:
-        from spark_bookie.local.secure import sandbox_secure_files
-
-        files = sandbox_secure_files(root)
+        files = load_secure_files(root) if resume is not None else sandbox_secure_files(root)
     settings = files.bookie_settings() if files is not None else None
-    with SparkSandbox(root, bookies, zk_port=zk_port, bookie_settings=settings) as sb:
+    with SparkSandbox(root, bookies, zk_port=resume.zk_port if resume else zk_port, bookie_settings=settings,
+                      base_port=resume.bookie_ports[0] if resume and resume.bookie_ports else None) as sb:
+        if sandbox_dir is not None:
+            sandbox_dir.save(SandboxRecord(SPARK, files is not None, bookies, zk_port=sb.zk.port if sb.zk else 0,
+                                           bookie_ports=[sb.base_port + k for k in range(bookies)], pids=sb.pids))
         print(f"sandbox up (Spark local-cluster[{bookies},1,1024]{', secure' if files else ''}): ZooKeeper at "
               f"{sb.connect_string}, bookies {', '.join(sb.bookie_ids)}; driver log {sb.driver_log}", flush=True)
         if files is not None:
             files.announce()
         print(f"export SPARK_BOOKIE_ZK={sb.connect_string}", flush=True)
-        print("press Ctrl-C to stop", flush=True)
-        wait()
+        wait()   # says "press Ctrl-C to stop" once Ctrl-C is handled
         print("stopping the bookie cluster (graceful)...", flush=True)
     return 0
-
-

@@ -43,8 +43,9 @@ def setup_logging(verbose: bool) -> None:
     logging.getLogger("kazoo").setLevel(logging.DEBUG if verbose else logging.ERROR)
 
 
-def wait_for_signal() -> int:
-    """Block until SIGTERM or SIGINT; returns the signal number.
+def wait_for_signal(ready: str | None = None) -> int:
+    """Block until SIGTERM or SIGINT; returns the signal number. ``ready`` is printed once the
+    handlers are in place, so a signal sent as soon as it appears is caught, not a KeyboardInterrupt.
 
     The handler stays installed afterwards: a second Ctrl-C (or a wrapper forwarding the same
     signal) must not interrupt the clean shutdown that follows and orphan child processes.
@@ -60,6 +61,8 @@ def wait_for_signal() -> int:
 
     for s in (signal.SIGTERM, signal.SIGINT):
         signal.signal(s, handler)
+    if ready is not None:
+        print(ready, flush=True)
     while not event.wait(0.5):
         pass
     return got[0]

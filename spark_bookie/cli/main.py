@@ -11,6 +11,7 @@ import gc
 import os
 import sys
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from spark_bookie.cli.common import (
     DEFAULT_ZK,
@@ -21,6 +22,9 @@ from spark_bookie.cli.common import (
     wait_for_signal,
     zk_default,
 )
+
+if TYPE_CHECKING:
+    from spark_bookie.local.sandbox_dir import SandboxDir, SandboxRecord
 
 # ---------------------------------------------------------------------- subcommands
 
@@ -102,28 +106,105 @@ def cmd_bookie(args: argparse.Namespace) -> int:
 
 
 def cmd_sandbox(args: argparse.Namespace) -> int:
-    from spark_bookie.local.sandbox import Sandbox
+    """Fresh unless --resume (spark_bookie/local/sandbox_dir.py says why); any failure to start is
+    one line on stderr and exit 2; Ctrl-C before the sandbox waits for it stops what started, exit 130."""
+    import logging
+
+    from spark_bookie.local.sandbox_dir import SandboxDir
 
     root = os.path.abspath(args.root or os.path.join(os.getcwd(), ".sandbox"))
+    if args.bookies is not None and args.bookies < 1:
+        return fail(f"--bookies must be at least 1, not {args.bookies}")
+    if args.resume and args.demo:
+        return fail("--resume does not go with --demo: a demo starts fresh")
+    sandbox_dir = SandboxDir(root)
+    try:
+        with sandbox_dir.claim(_sandbox_shape(args), args.resume) as previous:
+            if previous is not None and not args.hosts:
+                args.bookies = previous.bookies
+            return _run_sandbox(args, sandbox_dir, previous)
+    except KeyboardInterrupt:
+        print("spark-bookie: interrupted; the sandbox is stopped", file=sys.stderr)
+        return 130
+    except _sandbox_errors() as e:
+        logging.getLogger(__name__).debug("the sandbox failed", exc_info=True)   # the traceback with -v
+        return fail(_one_line(e))
+
+
+def _sandbox_shape(args: argparse.Namespace) -> SandboxRecord:
+    from spark_bookie.local.sandbox_dir import BOOKIES, HOSTS, SPARK, SandboxRecord
+
+    mode = HOSTS if args.hosts else SPARK if args.spark else BOOKIES
+    bookies = 0 if mode == HOSTS else args.bookies or 0   # --hosts: a bookie per host; 0: as the record says
+    return SandboxRecord(mode, bool(args.secure), bookies, bool(args.http), args.hosts or 0)
+
+
+def _sandbox_errors() -> tuple[type[BaseException], ...]:
+    """What a sandbox's start can fail with, short of a bug: each is said in one line."""
+    from ledger_client.errors import LedgerError
+    from metadata import MetadataError
+    from spark_bookie.errors import BookieError
+    from spark_bookie.local.hosts import HostsError
+    from spark_bookie.local.sandbox import SandboxError
+
+    return SandboxError, BookieError, HostsError, MetadataError, LedgerError, OSError, ValueError
+
+
+def _one_line(e: BaseException) -> str:
+    from spark_bookie.local.sandbox import SandboxError
+
+    if isinstance(e, SandboxError):
+        return e.message
+    lines = [x.strip() for x in str(e).splitlines() if x.strip()]
+    return lines[0] if lines else type(e).__name__
+
+
+def _run_sandbox(args: argparse.Namespace, sandbox_dir: SandboxDir, previous: SandboxRecord | None) -> int:
+    root = str(sandbox_dir.root)
     if args.hosts:
         from spark_bookie.local.multihost import run_hosts_sandbox
 
-        return run_hosts_sandbox(root, args.hosts, wait_for_signal, secure=args.secure)
+        return run_hosts_sandbox(root, args.hosts, _wait_ready, secure=args.secure,
+                                 sandbox_dir=sandbox_dir, resume=previous)
     if args.spark:
         if args.demo:
             from spark_bookie.local.spark_demo import run_spark_demo
 
-            return run_spark_demo(root, args.bookies, args.zk_port, secure=args.secure)
+            return run_spark_demo(root, args.bookies or 3, args.zk_port, secure=args.secure)
         from spark_bookie.cli.cluster import run_spark_sandbox
 
-        return run_spark_sandbox(root, args.bookies, args.zk_port, wait_for_signal, secure=args.secure)
+        return run_spark_sandbox(root, args.bookies or 3, args.zk_port, _wait_ready, secure=args.secure,
+                                 sandbox_dir=sandbox_dir, resume=previous)
+    return _run_bookies(args, sandbox_dir, previous)
+
+
+READY = "press Ctrl-C to stop"   # a sandbox's last line once it is up (tests wait for it)
+
+
+def _wait_ready() -> int:
+    return wait_for_signal(READY)
+
+
+def _run_bookies(args: argparse.Namespace, sandbox_dir: SandboxDir, previous: SandboxRecord | None) -> int:
+    """ZooKeeper + N bookie processes (BookKeeper's localbookie)."""
+    from spark_bookie.local.sandbox import Sandbox
+    from spark_bookie.local.sandbox_dir import BOOKIES, SandboxRecord
+    from spark_bookie.local.secure import load_secure_files, sandbox_secure_files
+
+    root = sandbox_dir.root
     files = None
     if args.secure:
-        from spark_bookie.local.secure import sandbox_secure_files
-
-        files = sandbox_secure_files(root)
+        files = load_secure_files(root) if previous is not None else sandbox_secure_files(root)
     settings = files.bookie_settings() if files is not None else {}
-    with Sandbox(root, args.bookies, zk_port=args.zk_port, http=args.http, bookie_settings=settings) as sb:
+    http = args.http or bool(previous and previous.http)
+    n = args.bookies or 3
+    with Sandbox(root, n, zk_port=previous.zk_port if previous else args.zk_port, http=http,
+                 bookie_settings=settings, bookie_ports=previous.bookie_ports if previous else (),
+                 http_ports=previous.http_ports if previous else ()) as sb:
+        sandbox_dir.save(SandboxRecord(BOOKIES, files is not None, n, http, zk_port=sb.zk.port if sb.zk else 0,
+                                       bookie_ports=[b.port for b in sb.bookies],
+                                       http_ports=[int(b.settings.get("http_port") or 0) for b in sb.bookies if http],
+                                       pids=sb.pids))
         print(f"sandbox up: ZooKeeper at {sb.connect_string}, bookies "
               f"{', '.join(b.bookie_id for b in sb.bookies)}", flush=True)
         if files is not None:
@@ -136,8 +217,7 @@ def cmd_sandbox(args: argparse.Namespace) -> int:
             from spark_bookie.local.demo import round_trip
 
             return round_trip(sb, client_conf=files.client_conf_path if files is not None else None)
-        print("press Ctrl-C to stop", flush=True)
-        wait_for_signal()
+        wait_for_signal(READY)
     return 0
 
 
@@ -211,9 +291,18 @@ def build_parser() -> argparse.ArgumentParser:
                    help="serve /metrics and the admin API on this port (0 = off; default: http_port of --conf)")
     p.set_defaults(func=cmd_bookie)
 
-    p = sub.add_parser("sandbox", help="embedded ZooKeeper + N bookie processes on this machine")
-    p.add_argument("--bookies", type=int, default=3)
-    p.add_argument("--root", default=None, help="data directory (default ./.sandbox)")
+    p = sub.add_parser("sandbox", help="embedded ZooKeeper + N bookie processes on this machine",
+                       description="ZooKeeper + N bookies on this machine (BookKeeper's localbookie). Each start is "
+                       "fresh, as localbookie's: it deletes the previous sandbox's data in its directory (--root, "
+                       "default ./.sandbox) and says so, since that data belongs to ports a new start does not "
+                       "get back. --resume brings the previous sandbox back instead: same flags, same ports, same "
+                       "data. Only one sandbox runs in a directory at a time.")
+    p.add_argument("--bookies", type=int, default=None, help="bookies to run (default 3; --resume: as before)")
+    p.add_argument("--root", default=None, help="the sandbox's directory (default ./.sandbox); a fresh start "
+                   "deletes what a previous sandbox left there, and refuses a directory holding anything else")
+    p.add_argument("--resume", action="store_true",
+                   help="bring the previous sandbox in --root back with its data, on its recorded ports (same "
+                        "--spark/--secure/--hosts as it ran with); a one-line error if a port is taken")
     p.add_argument("--zk-port", type=int, default=None)
     p.add_argument("--demo", action="store_true",
                    help="run the demo, then stop (with --spark: the Spark-first demo, bookies in executors)")

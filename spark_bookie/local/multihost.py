@@ -14,18 +14,29 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from metadata import MetadataStore
 from metadata import connect as connect_metadata
 from spark_bookie.local.hosts import NETNS, Host, Hosts
-from spark_bookie.local.sandbox import BookieProcess, stop_cluster
-from spark_bookie.local.secure import SecureSandboxFiles, sandbox_secure_files
+from spark_bookie.local.sandbox import BookieProcess, SandboxError, stop_cluster
+from spark_bookie.local.secure import SecureSandboxFiles, load_secure_files, sandbox_secure_files
+
+if TYPE_CHECKING:
+    from spark_bookie.local.sandbox_dir import SandboxDir
 from spark_bookie.local.zookeeper import EmbeddedZooKeeper, free_port
 
 log = logging.getLogger(__name__)
 
 BOOKIE_PORT = 3181
+
+
+class HostsLayout(Protocol):
+    """Where a previous hosts cluster ran (spark_bookie.local.sandbox_dir.SandboxRecord)."""
+
+    zk_port: int
+    addresses: list[str]
+    bookie_ports: list[int]
 
 
 @dataclass
@@ -56,11 +67,14 @@ class MultiHostCluster:
 
     def __init__(self, root: str | Path, hosts: int = 3, *, bookie_hosts: int | None = None, mode: str = "auto",
                  bookie_settings: dict[str, Any] | None = None, zk_session_timeout_ms_max: int = 20_000,
-                 secure: bool = False) -> None:
+                 secure: bool = False, resume: HostsLayout | None = None) -> None:
         """`secure`: TLS with client certificates, tokens and ZooKeeper ACLs (sandbox --secure),
-        with certificates for the hosts' addresses; `self.secure_files` then holds the client config."""
+        with certificates for the hosts' addresses; `self.secure_files` then holds the client config.
+        `resume`: come back as a previous cluster under the same root was (its addresses, ports,
+        data and secure files); SandboxError if the hosts do not get its addresses again."""
         self.root = Path(root).absolute()
         self._secure = secure
+        self._resume = resume
         self.secure_files: SecureSandboxFiles | None = None
         self.hosts = Hosts(self.root / "hosts", hosts, mode=mode)
         self.bookie_hosts = hosts if bookie_hosts is None else bookie_hosts
@@ -81,13 +95,17 @@ class MultiHostCluster:
         return self.zk.port
 
     def start(self) -> MultiHostCluster:
+        resume = self._resume
         try:
             self.hosts.start()
+            if resume is not None:
+                self._check_resumable(resume)
             if self._secure:   # the addresses are known now: the bookies' certificate names them
-                self.secure_files = sandbox_secure_files(self.root, tuple(h.address for h in self.hosts))
+                self.secure_files = (load_secure_files(self.root) if resume is not None else
+                                     sandbox_secure_files(self.root, tuple(h.address for h in self.hosts)))
                 self.settings.update(self.secure_files.bookie_settings())
-            self.zk = EmbeddedZooKeeper(free_port(), self.root / "zookeeper", host=self.hosts.gateway,
-                                        max_session_timeout_ms=self._zk_session_max)
+            self.zk = EmbeddedZooKeeper(resume.zk_port if resume else free_port(), self.root / "zookeeper",
+                                        host=self.hosts.gateway, max_session_timeout_ms=self._zk_session_max)
             self.zk.start()
             self.store = connect_metadata(self.connect_string, zk_auth=self.settings.get("zk_auth") or None)
             self.store.init_cluster()
@@ -100,8 +118,17 @@ class MultiHostCluster:
             raise
         return self
 
+    def _check_resumable(self, resume: HostsLayout) -> None:
+        addresses = [h.address for h in self.hosts]
+        if addresses != list(resume.addresses):
+            raise SandboxError(f"cannot resume the hosts sandbox in {self.root}: its hosts had addresses "
+                               f"{', '.join(resume.addresses)}, these got {', '.join(addresses)} "
+                               f"({self.hosts.reason or 'another harness may hold its network slot'})")
+
     def add_bookie(self, host: Host, wait: bool = True, **settings: Any) -> HostBookie:
         port = BOOKIE_PORT if self.hosts.mode == NETNS else free_port()
+        if self._resume is not None and len(self.bookies) < len(self._resume.bookie_ports):
+            port = self._resume.bookie_ports[len(self.bookies)]
         b = HostBookie(self.connect_string, port, host.root / f"bookie-{port}", {**self.settings, **settings},
                        host=host)
         self.bookies.append(b)
@@ -157,12 +184,16 @@ class MultiHostCluster:
 
 
 def run_hosts_sandbox(root: str | Path, hosts: int, wait: Callable[[], object], *,
-                      mode: str = "auto", secure: bool = False) -> int:
+                      mode: str = "auto", secure: bool = False, sandbox_dir: SandboxDir | None = None,
+                      resume: HostsLayout | None = None) -> int:
     """`spark-bookie sandbox --hosts N [--secure]`: a bookie on each of N hosts, ZooKeeper on the
     gateway; print where everything is and how to run a command inside a host, then wait for
-    ``wait`` to return."""
-    with MultiHostCluster(Path(root) / "hosts-sandbox", hosts, mode=mode, secure=secure) as cluster:
+    ``wait`` to return. ``resume``: the previous sandbox's record (same addresses, ports, data);
+    ``sandbox_dir`` gets this one's once it is up."""
+    with MultiHostCluster(Path(root) / "hosts-sandbox", hosts, mode=mode, secure=secure, resume=resume) as cluster:
         h = cluster.hosts
+        if sandbox_dir is not None:
+            _record(sandbox_dir, cluster, hosts, secure)
         if h.mode == NETNS:
             print(f"sandbox up on {hosts} hosts (network namespaces on bridge {h.bridge}, "
                   f"gateway {h.gateway})", flush=True)
@@ -176,5 +207,16 @@ def run_hosts_sandbox(root: str | Path, hosts: int, wait: Callable[[], object], 
         if cluster.secure_files is not None:
             cluster.secure_files.announce()
         print(f"export SPARK_BOOKIE_ZK={cluster.connect_string}", flush=True)
-        wait()
+        wait()   # says "press Ctrl-C to stop" once Ctrl-C is handled
     return 0
+
+
+def _record(sandbox_dir: SandboxDir, cluster: MultiHostCluster, hosts: int, secure: bool) -> None:
+    from spark_bookie.local.sandbox_dir import HOSTS, SandboxRecord
+
+    pids = [b.proc.pid for b in cluster.bookies if b.proc is not None]
+    if cluster.zk is not None and cluster.zk.pid is not None:
+        pids.append(cluster.zk.pid)
+    sandbox_dir.save(SandboxRecord(HOSTS, secure, len(cluster.bookies), hosts=hosts, zk_port=cluster.zk_port,
+                                   bookie_ports=[b.port for b in cluster.bookies],
+                                   addresses=[h.address for h in cluster.hosts], pids=pids))

@@ -24,6 +24,23 @@ from spark_bookie.local.zookeeper import EmbeddedZooKeeper, free_port, free_port
 log = logging.getLogger(__name__)
 
 
+class SandboxError(RuntimeError):
+    """A sandbox could not start: ``message`` is one line for the command line (what failed and
+    where its log is), ``detail`` the log's tail (in ``str()``, for tests and programs)."""
+
+    def __init__(self, message: str, detail: str = "") -> None:
+        super().__init__(message)
+        self.message = message
+        self.detail = detail
+
+    def __str__(self) -> str:
+        return f"{self.message}\n{self.detail}" if self.detail else self.message
+
+
+class SandboxTimeoutError(SandboxError, TimeoutError):
+    """A sandbox's process did not come up in time."""
+
+
 def _toml_value(v: Any) -> str:
     if isinstance(v, bool):
         return "true" if v else "false"
@@ -91,18 +108,32 @@ class BookieProcess:
                                          stdin=subprocess.DEVNULL, start_new_session=True)
 
     def wait_registered(self, store: MetadataStore, timeout_s: float = 60.0) -> None:
+        """Until the bookie says ready and is registered; SandboxError if it exits first,
+        SandboxTimeoutError if that takes over ``timeout_s``."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.proc is not None and self.proc.poll() is not None:
-                raise RuntimeError(f"bookie {self.bookie_id} exited with {self.proc.returncode}:\n"
-                                   + self.log_tail())
+                raise SandboxError(f"bookie {self.bookie_id} exited with {self.proc.returncode}: {self._last_error()} "
+                                   f"(log {self.log_path})", self.log_tail())
             # `spark-bookie bookie` prints "ready" after registering; a stale znode of a killed
             # predecessor must not count, so both the line (from this run) and the node are required.
             if self._says_ready() and self.bookie_id in (store.list_bookies()
                                                          + store.list_bookies(readonly=True)):
                 return
             time.sleep(0.05)
-        raise TimeoutError(f"bookie {self.bookie_id} did not register in {timeout_s}s:\n" + self.log_tail())
+        raise SandboxTimeoutError(f"bookie {self.bookie_id} did not register in {timeout_s:g} s (log {self.log_path})",
+                                  self.log_tail())
+
+    def _last_error(self) -> str:
+        """The line of this run's log that says why the bookie stopped (its `error:` line)."""
+        try:
+            with open(self.log_path, "rb") as f:
+                f.seek(self._log_offset)
+                lines = [x.strip() for x in f.read().decode(errors="replace").splitlines() if x.strip()]
+        except OSError:
+            return "(no log)"
+        said = [x.split("error: ", 1)[1] for x in lines if "error: " in x]
+        return said[-1] if said else (lines[-1] if lines else "(empty log)")
 
     def _says_ready(self) -> bool:
         try:
@@ -159,10 +190,14 @@ class Sandbox:
 
     def __init__(self, root: str | Path, bookies: int = 3, *, zk_port: int | None = None,
                  zk_connect: str | None = None, bookie_settings: dict[str, Any] | None = None,
-                 http: bool = False) -> None:
+                 http: bool = False, bookie_ports: Sequence[int] = (), http_ports: Sequence[int] = ()) -> None:
         """With `zk_connect`, use that (running) ZooKeeper instead of starting an embedded one.
-        With `http`, every bookie serves the admin API and /metrics on a port of its own."""
+        With `http`, every bookie serves the admin API and /metrics on a port of its own.
+        `bookie_ports` / `http_ports`: the ports of the first bookies (a resumed sandbox's), free
+        ones for the rest."""
         self.http = http
+        self._ports = list(bookie_ports)
+        self._http_ports = list(http_ports)
         self.root = Path(root)
         self.zk: EmbeddedZooKeeper | None = None
         self._zk_connect = zk_connect
@@ -195,13 +230,20 @@ class Sandbox:
         i = len(self.bookies)
         settings = {**self.settings, **settings}
         if self.http and "http_port" not in settings:
-            settings["http_port"] = free_port()
-        b = BookieProcess(self.connect_string, free_port(), self.root / f"bookie-{i}", settings)
+            settings["http_port"] = self._http_ports[i] if i < len(self._http_ports) else free_port()
+        port = self._ports[i] if i < len(self._ports) else free_port()
+        b = BookieProcess(self.connect_string, port, self.root / f"bookie-{i}", settings)
         self.bookies.append(b)
         b.start()
         if wait and self.store is not None:
             b.wait_registered(self.store)
         return b
+
+    @property
+    def pids(self) -> list[int]:
+        """The processes it started (ZooKeeper, bookies)."""
+        pids = [b.proc.pid for b in self.bookies if b.proc is not None]
+        return pids + ([self.zk.pid] if self.zk is not None and self.zk.pid is not None else [])
 
     def restart(self, b: BookieProcess, wait: bool = True) -> None:
         b.start()
@@ -241,10 +283,12 @@ class SparkSandbox:
                  zk_connect: str | None = None, master: str | None = None, python: str = sys.executable,
                  extra_args: list[str] | tuple[str, ...] = (), env: dict[str, str] | None = None,
                  start_timeout_s: float = 300.0, submit_conf: dict[str, str] | None = None,
-                 script: Path | None = None, bookie_settings: dict[str, Any] | None = None) -> None:
+                 script: Path | None = None, bookie_settings: dict[str, Any] | None = None,
+                 base_port: int | None = None) -> None:
         """With ``submit_conf`` (possibly empty), the driver is launched the documented way, by
         ``spark-submit --master M --conf k=v ... jobs/bookie_cluster.py`` (the spark-submit beside
-        ``python``); without, as ``python jobs/bookie_cluster.py --master M``."""
+        ``python``); without, as ``python jobs/bookie_cluster.py --master M``. ``base_port``: the
+        bookies' first port (a resumed sandbox's; default: a free range)."""
         self.root = Path(root).absolute()
         self.submit_conf = submit_conf
         self.script = script  # the driver's file: the hosting package's launcher unless given
@@ -259,6 +303,7 @@ class SparkSandbox:
         self.env = dict(env or {})
         self.start_timeout_s = start_timeout_s
         self.settings = dict(bookie_settings or {})
+        self._base_port = base_port
         self.base_port = 0
         self.name = "bookie-cluster"
         self.proc: subprocess.Popen[bytes] | None = None
@@ -305,7 +350,7 @@ class SparkSandbox:
             self.zk.start()
         self.store = connect_metadata(self.connect_string, zk_auth=self.settings.get("zk_auth") or None)
         self.store.init_cluster()
-        self.base_port = free_port_range(self.bookies)
+        self.base_port = self._base_port or free_port_range(self.bookies)
         env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": self.python,
                "PYSPARK_DRIVER_PYTHON": self.python, **self.env}
         with open(self.driver_log, "ab") as logf:
@@ -319,13 +364,13 @@ class SparkSandbox:
         store = self._store()
         while time.monotonic() < deadline:
             if self.proc is not None and self.proc.poll() is not None:
-                raise RuntimeError(f"the bookie-cluster driver exited with {self.proc.returncode}:\n"
-                                   + self.log_tail())
+                raise SandboxError(f"the bookie-cluster driver exited with {self.proc.returncode} "
+                                   f"(log {self.driver_log})", self.log_tail())
             if set(wanted) <= set(store.list_bookies()):
                 return
             time.sleep(0.5)
-        raise TimeoutError(f"bookies {wanted} not all registered in {timeout_s:g} s "
-                           f"(registered: {store.list_bookies()}):\n" + self.log_tail())
+        raise SandboxTimeoutError(f"bookies {wanted} not all registered in {timeout_s:g} s (registered: "
+                                  f"{store.list_bookies()}; log {self.driver_log})", self.log_tail())
 
     def _store(self) -> MetadataStore:
         if self.store is None:
@@ -369,6 +414,12 @@ class SparkSandbox:
         if self.zk is not None:
             self.zk.stop()
         return None if self.proc is None else self.proc.returncode
+
+    @property
+    def pids(self) -> list[int]:
+        """The processes it started (the driver, which leads the Spark processes' group; ZooKeeper)."""
+        pids = [self.proc.pid] if self.proc is not None else []
+        return pids + ([self.zk.pid] if self.zk is not None and self.zk.pid is not None else [])
 
     def group_members(self) -> list[int]:
         """Pids still in the driver's process group (driver, Spark JVM, executors, Python workers)."""

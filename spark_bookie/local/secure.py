@@ -14,9 +14,14 @@ from pathlib import Path
 from typing import Any
 
 from spark_bookie.local.certs import CertificateAuthority
+from spark_bookie.local.sandbox import SandboxError
 from spark_bookie.server.auth import mint_token
 
 TOKEN_TTL_S = 30 * 86_400.0
+
+
+class SecureFilesError(SandboxError):
+    """A resumed secured sandbox's files are missing or unreadable."""
 
 
 @dataclass(frozen=True)
@@ -78,6 +83,28 @@ def sandbox_secure_files(root: str | Path, bookie_hosts: tuple[str, ...] = ()) -
     read them. `bookie_hosts`: addresses the bookies listen on besides 127.0.0.1 (other hosts')."""
     return make_secure_files(Path(root).absolute() / "secure",
                              bookie_hosts=("127.0.0.1", "localhost", *bookie_hosts))
+
+
+def load_secure_files(root: str | Path) -> SecureSandboxFiles:
+    """The files ``sandbox_secure_files(root)`` made for a sandbox that is now resumed: the same CA,
+    certificates, token secret and ZooKeeper credentials (its ZooKeeper data carries their ACL),
+    with a new admin token (the old one may have expired). SecureFilesError when any is missing."""
+    import tomllib
+
+    directory = Path(root).absolute() / "secure"
+    names = ("ca.pem", "bookie.pem", "bookie-key.pem", "client.pem", "client-key.pem", "token-secret", "client.toml")
+    missing = [n for n in names if not (directory / n).is_file()]
+    if missing:
+        raise SecureFilesError(f"the secured sandbox's files in {directory} are incomplete (no {', '.join(missing)})")
+    try:
+        zk_auth = tomllib.loads((directory / "client.toml").read_text())["client"]["zk_auth"]
+        secret = (directory / "token-secret").read_bytes()
+    except (OSError, ValueError, KeyError) as e:
+        raise SecureFilesError(f"cannot read the secured sandbox's files in {directory}: {e}") from e
+    token_path = _private(directory / "token", mint_token(secret, "sandbox-admin", "admin", TOKEN_TTL_S).encode())
+    return SecureSandboxFiles(directory, directory / "ca.pem", directory / "bookie.pem", directory / "bookie-key.pem",
+                              directory / "client.pem", directory / "client-key.pem", directory / "token-secret",
+                              token_path, directory / "client.toml", str(zk_auth))
 
 
 def _private(path: Path, data: bytes) -> Path:
