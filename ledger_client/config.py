@@ -14,11 +14,12 @@ from .errors import IncorrectParameterError
 class ClientConfig:
     zk_session_timeout_ms: int = 10_000
     zk_connect_timeout_ms: int = 10_000
-    add_timeout_ms: int = 10_000              # a bookie that has not acknowledged an add this long is replaced
+    add_timeout_ms: int = 10_000              # a bookie that has not acknowledged an add this long is replaced (any Qw)
     read_timeout_ms: int = 10_000             # deadline of one read RPC
     speculative_read_timeout_ms: int = 400    # ask the next replica too when one is this slow
     outstanding_adds_max: int = 20_000        # appends waiting for acks per ledger (back-pressure beyond)
     ensemble_changes_max: int = 32            # per write handle; beyond, the ledger is closed
+    delay_ensemble_change: bool = True        # no spare for a failed bookie: keep writing on Qa (see conf/client.toml)
     entry_size_bytes_max: int = 5 * 1024 * 1024 - 1024   # payload; the bookie's limit covers the frame
     read_batch_entries_max: int = 2_000       # entries per range read
     read_batch_bytes_max: int = 4 * 1024 * 1024
@@ -59,6 +60,8 @@ class ClientConfig:
             raise IncorrectParameterError("tls_cert_path and tls_key_path go together (a client certificate, its key)")
         if self.tls_cert_path is not None and self.tls_ca_path is None:
             raise IncorrectParameterError("a client certificate (tls_cert_path) needs tls_ca_path (TLS)")
+        if not isinstance(self.delay_ensemble_change, bool):
+            raise IncorrectParameterError("delay_ensemble_change must be true or false")
         for key in ("bookie_add_transport", "bookie_read_transport"):
             if getattr(self, key) not in ("tcp", "grpc"):
                 raise IncorrectParameterError(f"{key} must be 'tcp' or 'grpc', not {getattr(self, key)!r}")

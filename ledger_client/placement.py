@@ -46,6 +46,21 @@ class EnsemblePlacement:
             out[i] = node.bookie_id
         return out
 
+    def replace_available(self, ensemble: list[str], indexes: Iterable[int], available: Iterable[BookieNode],
+                          exclude: Iterable[str] = (), last: Iterable[str] = ()) -> tuple[list[str], list[int]]:
+        """`replace` as far as the spare bookies go: (the new ensemble, the indexes left with their
+        old bookie for want of a spare). Spares go first to the indexes whose bookie is not in
+        `last` (the caller's bookies that may stay, e.g. ones answering again), in index order."""
+        idx = sorted(set(indexes))
+        staying = set(last)
+        nodes = {n.bookie_id: n for n in available}
+        skip = set(exclude) | set(ensemble)
+        spares = sum(1 for b in nodes if b not in skip)
+        order = [i for i in idx if ensemble[i] not in staying] + [i for i in idx if ensemble[i] in staying]
+        chosen = sorted(order[:spares])
+        new = self.replace(ensemble, chosen, nodes.values(), exclude) if chosen else list(ensemble)
+        return new, [i for i in idx if i not in chosen]
+
     def _pick(self, count: int, available: Iterable[BookieNode], exclude: set[str],
               already: list[BookieNode]) -> list[BookieNode]:
         pool = [n for n in available if n.bookie_id not in exclude]

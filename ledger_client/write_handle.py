@@ -5,10 +5,19 @@ the caller's (append), the one reading the bookies' answers (acks: the client's 
 gRPC stream's own), and one short-lived thread per ensemble change (placement + metadata CAS).
 Completions leave in entry-id order through a single drainer, so user callbacks never run under
 the handle's lock and never out of order.
+
+A failed bookie with no spare to replace it (ClientConfig.delay_ensemble_change) stays in the
+ensemble, delayed: appends go on while every write set has Qa other bookies; the client's ticker
+(`check_timeouts`) retries the change when a spare registers or the bookie answers again (it is
+then taken back with its id), and fails a write stalled for lack of bookies after the operation
+timeout. Whenever the writer leaves a fragment short of a bookie (it changed away from it, took it
+back, closed or failed), it marks the ledger under-replicated for that bookie: the replication
+workers copy what it missed.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import functools
 import logging
 import threading
@@ -25,6 +34,7 @@ from .machines import AddState, Completion, Send
 from .protocol import bookkeeper_pb2 as pb
 from .protocol.framing import Digester
 from .transport import TRANSPORT_FAILURE, status_error
+from .write_timing import PROBE_TIMEOUT_S, SendClock, port_answers
 
 if TYPE_CHECKING:
     from .client import LedgerClient
@@ -33,6 +43,9 @@ log = logging.getLogger(__name__)
 
 # Answers that mean "this bookie cannot take the entry": replace it (ensemble change).
 _REPLACE_BOOKIE = {pb.EIO, pb.EREADONLY, pb.ETOOMANYREQUESTS, pb.ENOLEDGER, pb.EUNKNOWNLEDGERSTATE}
+
+REJOIN_CHECK_S = 0.5       # a writer with delayed bookies looks for a spare this often
+REJOIN_BACKOFF_MAX_S = 60.0  # a bookie taken back and failing again waits 1, 2, 4 ... up to this before the next
 
 
 class WriteHandle:
@@ -62,6 +75,16 @@ class WriteHandle:
         self._lac_sent = last_add_confirmed
         self._idle = threading.Condition(self._lock)
         self._space = threading.Condition(self._lock)
+        # Delayed ensemble changes (see the module docstring); recovery's rewrites never delay.
+        self._may_delay = client.config.delay_ensemble_change and not recovery
+        self._send_clock = SendClock()
+        self._suspect: set[str] = set()        # failed us; not a spare until it answers a probe
+        self._back: set[str] = set()           # delayed bookies that answered: the next change takes them back
+        self._probe_at: dict[str, float] = {}  # delayed or suspect bookie -> when it may be probed next
+        self._rejoins: dict[str, int] = {}     # bookie -> times taken back (its probe backoff)
+        self._rejoin_at = 0.0
+        self._rejoining = False
+        self._stall_since: float | None = None
 
     # ------------------------------------------------------------------ public surface
 
@@ -82,8 +105,19 @@ class WriteHandle:
         return self._closed
 
     def append(self, data: bytes) -> int:
-        """Block until Qa bookies have the entry durably; returns its entry id."""
-        return self.append_async(data).result(timeout=self._client.config.operation_timeout_ms / 1000)
+        """Block until Qa bookies have the entry durably; returns its entry id. A write that
+        cannot reach Qa bookies (too few live, no spare) fails with NotEnoughBookiesError after
+        the operation timeout."""
+        fut = self.append_async(data)
+        try:
+            return fut.result(timeout=self._client.config.operation_timeout_ms / 1000)
+        except concurrent.futures.TimeoutError:
+            with self._lock:
+                stalled = self._error is None and self._sm.quorum_lost
+            if not stalled:
+                raise
+            self._give_up(self._stall_error())
+            return fut.result(timeout=5)   # failed by now (with the stall, or what happened first)
 
     def append_async(self, data: bytes) -> Future[int]:
         """Future of the entry id; futures complete strictly in entry-id order."""
@@ -180,6 +214,7 @@ class WriteHandle:
 
     def _note_failure(self, bookie: str, exc: BaseException) -> None:
         """Under the lock: from here on no entry completes until the ensemble change is done."""
+        self._suspect.add(bookie)
         if self._error is None and self._sm.on_bookie_failure(bookie):
             log.info("ledger %d: bookie %s failed (%s); changing ensemble", self.ledger_id, bookie, exc)
             self._client.run_soon(self._change_ensemble)
@@ -226,14 +261,19 @@ class WriteHandle:
                     return
                 key, indexes = self._sm.change_plan()
                 ensemble = list(self._sm.ensemble)
-                exclude = set(self._sm.failed)
+                planned = {ensemble[i] for i in indexes}
+                back, self._back = self._back & self._sm.delayed, set()
                 too_many = self._sm.changes >= self._client.config.ensemble_changes_max
             if too_many:
                 self._give_up(errors.NotEnoughBookiesError(
                     f"ledger {self.ledger_id}: more than {self._client.config.ensemble_changes_max} ensemble changes"))
                 return
             try:
-                new = self._client.placement.replace(ensemble, indexes, self._client.registry.writable(), exclude)
+                new, delayed = self._new_ensemble(ensemble, indexes, planned, back)
+                if new is None:
+                    if self._delay(planned):
+                        continue
+                    return
                 if self._recovery:
                     # A recovery's fragments stay local until the closing CAS (as in BookKeeper):
                     # published early, they would claim entries live on bookies that do not have
@@ -245,22 +285,139 @@ class WriteHandle:
             except errors.LedgerError as e:
                 self._give_up(e)
                 return
-            with self._lock:
-                self._md = md
-                sends, completions = self._sm.apply_change(key, new)
-                self._ready.extend(completions)
-                now = time.monotonic()
-                for s in sends:  # the add timeout counts from the resend, not the first send
-                    if self._sent_at.pop(s.entry_id, None) is not None:
-                        self._sent_at[s.entry_id] = now  # re-inserted last: the dict stays in time order
-                self._send(sends)
-                again = self._sm.changing
-            log.info("ledger %d: fragment %d is now %s", self.ledger_id, key, new)
-            if self._client.metrics is not None:
-                self._client.metrics.ensemble_changes.inc()
-            self._drain()
-            if not again:
+            if not self._changed(md, key, new, delayed, back):
                 return
+
+    def _new_ensemble(self, ensemble: list[str], indexes: list[int], planned: set[str],
+                      back: set[str]) -> tuple[list[str] | None, set[str]]:
+        """The change's ensemble and the planned bookies it leaves delayed; (None, ...) when it
+        would change nothing (no spare, none back): the change is delayed. NotEnoughBookiesError
+        when there is no spare and delaying is off."""
+        writable = self._client.registry.writable()
+        exclude = planned | self._suspect if self._may_delay else planned   # a suspect is probed when delayed
+        placement = self._client.placement
+        try:
+            return placement.replace(ensemble, indexes, writable, exclude), set()
+        except errors.NotEnoughBookiesError:
+            if not self._may_delay:
+                raise
+        new, left = placement.replace_available(ensemble, indexes, writable, exclude, last=back)
+        delayed = {ensemble[i] for i in left} - back
+        if len(left) == len(indexes) and not back:
+            return None, delayed
+        return new, delayed
+
+    def _changed(self, md: LedgerMetadata, key: int, new: list[str], delayed: set[str], back: set[str]) -> bool:
+        """The new fragment is in the metadata: resend, complete, mark; True to run another change."""
+        with self._lock:
+            self._md = md
+            if self._error is not None:   # failed meanwhile: nothing to resend or complete
+                return False
+            sends, completions = self._sm.apply_change(key, new, delayed)
+            self._ready.extend(completions)
+            now = time.monotonic()
+            for s in sends:  # the add timeout counts from the resend, not the first send
+                if self._sent_at.pop(s.entry_id, None) is not None:
+                    self._sent_at[s.entry_id] = now  # re-inserted last: the dict stays in time order
+            self._send(sends)
+            short = self._sm.take_short()
+            for b in back - delayed:
+                self._rejoins[b] = self._rejoins.get(b, 0) + 1
+            self._note_delayed(delayed, now)
+            self._stall_since = None
+            again = self._sm.changing
+        log.info("ledger %d: fragment %d is now %s%s%s", self.ledger_id, key, new,
+                 f" ({sorted(back - delayed)} back)" if back - delayed else "",
+                 f" ({sorted(delayed)} still delayed, no spare)" if delayed else "")
+        if self._client.metrics is not None:
+            self._client.metrics.ensemble_changes.inc()
+        self._mark_underreplicated(short)
+        self._drain()
+        return again
+
+    def _delay(self, planned: set[str]) -> bool:
+        """No spare for the planned bookies: write on without them (BookKeeper's delayed ensemble
+        change); True to run another change (a bookie failed meanwhile)."""
+        with self._lock:
+            if self._error is not None:
+                return False
+            fresh = planned - self._sm.delayed
+            completions = self._sm.delay_change()
+            self._ready.extend(completions)
+            self._note_delayed(planned, time.monotonic())
+            quorum_lost, again = self._sm.quorum_lost, self._sm.changing
+        if fresh:
+            log.warning("ledger %d: no spare bookie to replace %s; writing on without %s (%s)", self.ledger_id,
+                        sorted(fresh), "them" if len(fresh) > 1 else "it",
+                        "a write set has fewer than Qa live bookies: appends wait for one" if quorum_lost
+                        else "the ledger is under-replicated until the ensemble changes")
+        self._drain()
+        return again
+
+    def _note_delayed(self, delayed: set[str], now: float) -> None:
+        """Under the lock: when each newly delayed bookie may be probed (backing off for bookies
+        taken back before that failed again); forget the others."""
+        for b in delayed:
+            if b not in self._probe_at:
+                self._probe_at[b] = now + min(REJOIN_BACKOFF_MAX_S, 2.0 ** self._rejoins.get(b, 0))
+        for b in list(self._probe_at):
+            if b not in self._sm.delayed and b not in self._suspect:
+                del self._probe_at[b]
+
+    # ------------------------------------------------------------------ delayed changes: retries
+
+    def _try_rejoin(self) -> None:
+        """A writer with delayed bookies: change the ensemble if a spare registered (a bookie that
+        failed us counts once it answers) or a delayed bookie answers again (taken back)."""
+        try:
+            writable = self._client.registry.writable_ids()
+            with self._lock:
+                if self._error is not None or self._closed or not self._sm.delayed:
+                    return
+                ensemble, delayed = list(self._sm.ensemble), set(self._sm.delayed)
+            spare = any(b not in ensemble and (b not in self._suspect or self._answers(b)) for b in writable)
+            back = set() if spare else {b for b in delayed if b in writable and self._answers(b)}
+            if not spare and not back:
+                return
+            with self._lock:
+                if self._error is not None:
+                    return
+                self._back = back
+                start = self._sm.begin_change()
+            if start:
+                self._change_ensemble()
+        finally:
+            with self._lock:
+                self._rejoining = False
+                self._rejoin_at = time.monotonic() + REJOIN_CHECK_S
+
+    def _answers(self, bookie: str) -> bool:
+        """Probe a bookie that failed us (at most once per second, and later after being taken
+        back and failing again): does its port accept a connection? It stops being suspect if so."""
+        with self._lock:
+            if time.monotonic() < self._probe_at.get(bookie, 0.0):
+                return False
+        if not port_answers(bookie, PROBE_TIMEOUT_S):
+            with self._lock:
+                self._probe_at[bookie] = time.monotonic() + 1.0
+            return False
+        with self._lock:
+            self._suspect.discard(bookie)
+        return True
+
+    def _mark_underreplicated(self, bookies: set[str]) -> None:
+        """Entries this writer acknowledged are missing on ``bookies`` (it wrote on without them,
+        or they never acknowledged them): queue the ledger for the replication workers."""
+        if not bookies or self._recovery:
+            return
+        try:
+            self._client.store.mark_underreplicated(self.ledger_id, sorted(bookies))
+        except MetadataError as e:
+            log.error("ledger %d: entries it acknowledged miss on %s, and marking it under-replicated failed: "
+                      "%s (the auditor's periodic check is left to find them)", self.ledger_id, sorted(bookies), e)
+            return
+        log.warning("ledger %d: marked under-replicated: entries it acknowledged miss on %s",
+                    self.ledger_id, sorted(bookies))
 
     def _with_fragment(self, md: LedgerMetadata, key: int, ensemble: list[str]) -> LedgerMetadata:
         if md.state is not LedgerState.OPEN:
@@ -282,17 +439,22 @@ class WriteHandle:
                 self._sent_at.pop(i, None)
             self._release(len(ids))
             self._idle.notify_all()
+            short = self._sm.finish()
         for f in futs:
             if not f.done():
                 f.set_exception(error)
+        if short:  # not on this thread: it may be the one reading the bookies' answers
+            self._client.run_soon(functools.partial(self._mark_underreplicated, short))
 
     def _give_up(self, error: errors.LedgerError) -> None:
         """The ensemble change cannot go on. If the ledger is no longer this writer's (a recovery
         fenced it, someone closed it), that is what the writer is told, whatever stopped the
         change: a write-ahead log's leader learns it lost its ledger from LedgerFencedError, not
         from "not enough bookies" (its bookies may just have restarted; BookKeeper's
-        TestFencing.testFencingAndRestartBookies). Otherwise: no spare bookie closes the ledger
-        at its LAC, any other error fails the handle."""
+        TestFencing.testFencingAndRestartBookies). Otherwise NotEnoughBookiesError (a write
+        stalled for lack of bookies past the operation timeout, too many ensemble changes, or no
+        spare with delay_ensemble_change off) closes the ledger at its LAC, any other error fails
+        the handle."""
         taken = self._taken_over()
         if taken is not None:
             self._fail(taken)
@@ -318,7 +480,7 @@ class WriteHandle:
                                         "a recovery fenced it, this writer can add no more")
 
     def _fail_and_close(self, error: errors.LedgerError) -> None:
-        """No way forward (no spare bookie): close the ledger at its LAC, fail what is pending.
+        """No way forward (not enough bookies): close the ledger at its LAC, fail what is pending.
 
         A recovery writer never closes here: its LAC is only how far the rewrite got, and entries
         past it may have been acknowledged to the original writer. The ledger stays IN_RECOVERY
@@ -334,16 +496,62 @@ class WriteHandle:
         self._closed = True
 
     def check_timeouts(self, now: float) -> None:
-        """Called by the client's ticker: a bookie that has not acked an old entry is replaced."""
+        """Called by the client's ticker: a bookie that has not acked an entry sent add_timeout_ms
+        ago is replaced, whether the entry is pending or completed without it (Qw > Qa: it still
+        owes it); delayed changes are retried; a write stalled for lack of bookies fails after
+        the operation timeout."""
         limit = self._client.config.add_timeout_ms / 1000
-        late: set[str] = set()
         with self._lock:
-            for eid, t in self._sent_at.items():
-                if now - t < limit:
-                    break
-                late.update(self._sm.unacked(eid))
+            if self._error is not None:
+                return
+            sm = self._sm
+            self._send_clock.tick(sm.next_entry_id, now, limit)
+            late = self._late(now, limit)
+            stalled = self._stalled(now)
+            rejoin = bool(sm.delayed) and not sm.changing and not self._rejoining and now >= self._rejoin_at
+            self._rejoining = self._rejoining or rejoin
         for b in late:
-            self._on_failure(b, errors.LedgerTimeoutError(f"no ack from {b} in {limit:.0f}s"))
+            self._on_failure(b, errors.LedgerTimeoutError(f"no ack from {b} in {limit:g}s"))
+        if stalled:
+            self._client.run_soon(functools.partial(self._give_up, self._stall_error()))
+        if rejoin:
+            self._client.run_soon(self._try_rejoin)
+
+    def _late(self, now: float, limit: float) -> set[str]:
+        """Under the lock: bookies owing an ack for an entry sent `limit` seconds ago or more."""
+        sm = self._sm
+        live = set(sm.ensemble) - sm.failed - sm.delayed
+        late: set[str] = set()
+        for eid, t in self._sent_at.items():
+            if now - t < limit or late >= live:
+                break
+            late.update(sm.unacked(eid))
+        for b, (eid, _newest) in sm.owed.items():
+            sent = self._send_clock.sent_before(eid)
+            if b in live and sent is not None and now - sent >= limit:
+                late.add(b)
+        return late
+
+    def _stalled(self, now: float) -> bool:
+        """Under the lock: appends have waited the operation timeout for lack of bookies (a write
+        set with fewer than Qa live ones, no spare). The clock runs while that lasts."""
+        sm = self._sm
+        if not (sm.pending and sm.quorum_lost):
+            self._stall_since = None
+            return False
+        if self._stall_since is None:
+            self._stall_since = now
+        if sm.changing or now - self._stall_since < self._client.config.operation_timeout_ms / 1000:
+            return False
+        self._stall_since = None   # once: the handle is failing
+        return True
+
+    def _stall_error(self) -> errors.NotEnoughBookiesError:
+        with self._lock:
+            delayed, ensemble = sorted(self._sm.delayed | self._sm.failed), list(self._sm.ensemble)
+        return errors.NotEnoughBookiesError(
+            f"ledger {self.ledger_id}: fewer than {self._sm.qa} live bookies in a write set of {ensemble} "
+            f"({delayed} failed, no spare) for {self._client.config.operation_timeout_ms} ms")
 
     def send_explicit_lac(self) -> None:
         """Tell the ensemble the LAC when no entry will carry it (BookKeeper's explicit LAC)."""
@@ -396,6 +604,9 @@ class WriteHandle:
             self._closed = True
             self._client.forget_writer(self)
             self._close_metadata()
+            with self._lock:
+                short = self._sm.finish()
+            self._mark_underreplicated(short)
 
     def __enter__(self) -> WriteHandle:
         return self

@@ -59,9 +59,11 @@ def test_writes_continue_while_a_bookie_dies_mid_stream(cluster_factory, seed):
         assert [e.data for e in r.read(0, 1499)] == [data(w.ledger_id, i) for i in range(1500)]
 
 
-def test_no_spare_bookie_closes_the_ledger_at_its_lac(cluster_factory):
+def test_no_spare_bookie_with_delayed_changes_off_closes_the_ledger_at_its_lac(cluster_factory):
+    """delay_ensemble_change = false: no spare closes the ledger at once (by default the writer
+    goes on without the bookie: tests/integration/test_no_spare_bookie.py)."""
     sb = cluster_factory(3)
-    with client(sb) as c:
+    with client(sb, delay_ensemble_change=False) as c:
         w = c.create_ledger(3, 3, 2)
         for i in range(10):
             w.append(data(w.ledger_id, i))

@@ -9,7 +9,8 @@ in-memory network with crashes, restarts, drops and delays, all chosen by one ``
 so any failing schedule replays exactly from its seed.
 
 Model (the world it runs in -- bookies, network, metadata store, event loop -- is sim_world):
-- ``SimWriter`` = WriteHandle (including its add-timeout ticker), ``SimRecovery`` = LedgerRecovery
+- ``SimWriter`` (sim_writer) = WriteHandle (including its ticker: add timeouts, delayed ensemble
+  changes retried, stalled writes failed), ``SimRecovery`` = LedgerRecovery
   (an application retrying a failed open), ``sim_world.ClientModel`` = the recovery-handle choices
   that differ from BookKeeper, ``sim_run.run_schedule`` = one run, a final clean recovery,
   the invariant checks.
@@ -18,295 +19,31 @@ Model (the world it runs in -- bookies, network, metadata store, event loop -- i
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
 
 from sim_world import (
-    ADD_TIMEOUT,
-    CHANGES_MAX,
     E_FENCED,
     E_METADATA,
-    E_NOT_ENOUGH,
     E_READ,
-    E_TIMEOUT,
     E_UNAVAILABLE,
     E_VERSION,
-    FENCED,
     LEDGER_ID,
     NO_ENTRY,
     OK,
-    TICK,
-    Body,
-    MdDone,
     Reply,
     SimBookie,
     World,
-    _Fenced,
     error_kind,
     update_async,
 )
+from sim_writer import SimWriter
 
-from ledger_client.errors import NotEnoughBookiesError
-from ledger_client.machines import (
-    AddState,
-    Completion,
-    QuorumCoverage,
-    ReadOutcome,
-    RecoveryReadTally,
-    Send,
-    fence_start_point,
-    write_set,
-)
+from ledger_client.machines import QuorumCoverage, ReadOutcome, RecoveryReadTally, fence_start_point, write_set
 from metadata import transitions
-from metadata.model import LedgerMetadata, LedgerState
+from metadata.model import LedgerMetadata
 
-# ---------------------------------------------------------------------------------------- writer
-
-AddDone = Callable[[int | None, str | None], None]
-
-
-class SimWriter:
-    """WriteHandle over the simulated network: the same AddState calls, in the same order.
-
-    Besides driving AddState it keeps its own view (ensembles applied, bookies reported failed) to
-    check invariant 2 independently of the machine: completions in order, LAC monotonic, none while
-    a reported-failed bookie is still in the ensemble, and each completed entry really stored on
-    ≥ Qa bookies of its write set.
-    """
-
-    def __init__(self, world: World, md: LedgerMetadata, name: str, *, recovery: bool = False,
-                 lac: int = -1, length: int = 0) -> None:
-        self.w, self.sim, self.name, self.recovery = world, world.sim, name, recovery
-        self.md = md
-        self.sm = AddState(md.ensemble_size, md.write_quorum_size, md.ack_quorum_size, md.ensembles,
-                           lac, length)
-        self.bodies: dict[int, Body] = {}
-        self.waiters: dict[int, AddDone] = {}
-        self.error: str | None = None
-        self.closed = False
-        self.dead = False
-        self.completed: list[int] = []
-        self.view = {k: list(v) for k, v in md.ensembles.items()}
-        self.reported_failed: set[str] = set()
-        self.seen_lac = lac
-        self.on_idle: list[Callable[[], None]] = []
-        self.deferred: dict[int, list[str]] = {}
-        self.sent_at: dict[int, float] = {}
-        self.ticking = False
-        self.timeouts = 0
-
-    # -- adds
-    def append(self, data: bytes, done: AddDone) -> int | None:
-        """append_async: None (and no effect) when the handle already failed or closed."""
-        if self.error is not None or self.closed:
-            return None
-        eid, length, bookies = self.sm.append(len(data))
-        sends = [Send(eid, -1, b) for b in bookies]  # the position only matters for resends
-        self.bodies[eid] = Body(eid, self.sm.lac, length, data)
-        self.waiters[eid] = done
-        self.sim.log(f"{self.name} append {eid} -> {[s.bookie for s in sends]}")
-        self.sent_at[eid] = self.sim.now
-        self._send(sends)
-        if not self.recovery and not self.ticking:   # the client's ticker knows only create_ledger's handles
-            self.ticking = True
-            self.sim.at(TICK, self._tick)
-        return eid
-
-    def _send(self, sends: list[Send]) -> None:
-        for s in sends:
-            body = self.bodies.get(s.entry_id)
-            if body is None:
-                continue
-            add = partial(SimBookie.add, ledger_id=LEDGER_ID, body=body, recovery=self.recovery)
-            self.w.net.call(s.bookie, add, partial(self._on_reply, s.bookie, s.entry_id))
-
-    def _on_reply(self, bookie: str, entry_id: int, reply: Reply | None) -> None:
-        if self.dead:
-            return
-        if reply is None:
-            self.sim.log(f"{self.name} add {entry_id} to {bookie} failed")
-            self._on_failure(bookie)
-        elif reply.status == OK:
-            self._deliver(self.sm.on_acks(bookie, [entry_id]))
-        elif reply.status == FENCED:
-            self.sim.log(f"{self.name} add {entry_id} to {bookie}: FENCED")
-            self._fail(E_FENCED)
-
-    def _on_failure(self, bookie: str) -> None:
-        if self.error is not None:
-            return
-        if bookie in self.view[max(self.view)]:
-            self.reported_failed.add(bookie)
-        if self.sm.on_bookie_failure(bookie):
-            self.sim.at(0.01, self._change_ensemble)
-
-    def _deliver(self, completions: list[Completion]) -> None:
-        self.sim.check(self.sm.lac >= self.seen_lac,
-                       f"{self.name}: LAC went back {self.seen_lac} -> {self.sm.lac}")
-        for c in completions:
-            self._check_completion(c)
-            self.seen_lac = c.entry_id
-            self.completed.append(c.entry_id)
-            self.sim.log(f"{self.name} completed {c.entry_id}")
-            if not self.recovery:
-                self.w.acked.append((self.sim.now, c.entry_id))
-            self.bodies.pop(c.entry_id, None)
-            self.sent_at.pop(c.entry_id, None)
-            self.waiters.pop(c.entry_id)(c.entry_id, None)
-        self.seen_lac = max(self.seen_lac, self.sm.lac)
-        self._maybe_idle()
-
-    def _check_completion(self, c: Completion) -> None:
-        """Invariant 2 from outside the machine (and invariant 1 at the moment of the ack)."""
-        eid, name = c.entry_id, self.name
-        self.sim.check(not self.reported_failed,
-                       f"{name}: entry {eid} completed during an ensemble change ({self.reported_failed})")
-        self.sim.check(eid == self.seen_lac + 1,
-                       f"{name}: completion {eid} out of order (LAC {self.seen_lac})")
-        body = self.bodies[eid]
-        self.sim.check(c.length == body.length,
-                       f"{name}: completion {eid} has length {c.length} != {body.length}")
-        ensemble = ensemble_at(self.view, eid)
-        md = self.md
-        holders = [ensemble[i] for i in write_set(eid, md.ensemble_size, md.write_quorum_size)
-                   if self.w.bookies[ensemble[i]].entries.get(LEDGER_ID, {}).get(eid, None) is not None
-                   and self.w.bookies[ensemble[i]].entries[LEDGER_ID][eid].data == body.data]
-        self.sim.check(len(holders) >= md.ack_quorum_size,
-                       f"{name}: entry {eid} completed with only {holders} of its write set holding it")
-
-    # -- ensemble changes
-    def _change_ensemble(self) -> None:
-        if self.dead or self.error is not None or not self.sm.changing:
-            return
-        key, indexes = self.sm.change_plan()
-        ensemble, exclude = list(self.sm.ensemble), set(self.sm.failed)
-        if self.sm.changes >= CHANGES_MAX:
-            self._fail_and_close(E_NOT_ENOUGH)
-            return
-        try:
-            new = self.w.placement.replace(ensemble, indexes, self.w.writable(), exclude)
-        except NotEnoughBookiesError:
-            self.sim.log(f"{self.name}: no spare bookie to replace {sorted(exclude)}")
-            self._fail_and_close(E_NOT_ENOUGH)
-            return
-        self.sim.log(f"{self.name} change: fragment {key} {ensemble} -> {new}")
-        if self.recovery and self.w.model.recovery_fragments_at_close:
-            self.deferred[key] = list(new)
-            self.sim.at(self.w.md_delay(), self._changed, key, new, self.md, None)
-            return
-        update_async(self.w, self.name, lambda m: self._with_fragment(m, key, new),
-                     lambda md, exc: self._changed(key, new, md, exc))
-
-    def _with_fragment(self, md: LedgerMetadata, key: int, ensemble: list[str]) -> LedgerMetadata:
-        if md.state is LedgerState.CLOSED or (md.state is LedgerState.IN_RECOVERY and not self.recovery):
-            raise _Fenced(f"ledger is {md.state.name}")
-        return transitions.set_fragment(md, key, ensemble)
-
-    def _changed(self, key: int, new: list[str], md: LedgerMetadata | None,
-                 exc: BaseException | None) -> None:
-        if self.dead:
-            return
-        if md is None:
-            self.sim.log(f"{self.name} change of fragment {key} failed: {exc!r}")
-            self._fail(error_kind(exc) if exc is not None else E_METADATA)
-            return
-        self.md = md
-        sends, completions = self.sm.apply_change(key, new)
-        self.view[key] = list(new)
-        self.reported_failed &= set(new)
-        self._deliver(completions)
-        self._send(sends)
-        if self.sm.changing:
-            self.sim.at(0.01, self._change_ensemble)
-
-    # -- failure and close
-    def _fail(self, error: str) -> None:
-        if self.error is None:
-            self.error = error
-        self.sm.abort_change()
-        for eid in self.sm.drain_pending():
-            self.bodies.pop(eid, None)
-            self.sent_at.pop(eid, None)
-            waiter = self.waiters.pop(eid, None)
-            if waiter is not None:
-                waiter(None, error)
-        self._maybe_idle()
-
-    def _fail_and_close(self, error: str) -> None:
-        """No way forward: fail what is pending; a writer (not a recovery) closes at its LAC."""
-        self._fail(error)
-        if self.recovery and not self.w.model.recovery_closes_on_failure:
-            return
-        self._close_metadata(lambda md, exc: None)
-        self.closed = True
-
-    def _tick(self) -> None:
-        """check_timeouts: every bookie that still owes an ack for an entry appended more than
-        ADD_TIMEOUT ago is treated as failed (the age counts from the append, not the resend)."""
-        if self.dead or self.error is not None or not self.sent_at:
-            self.ticking = False
-            return
-        late: set[str] = set()
-        for eid, t in self.sent_at.items():
-            if self.sim.now - t < ADD_TIMEOUT:
-                break
-            late.update(self.sm.unacked(eid))
-        for b in sorted(late):
-            self.timeouts += 1
-            self.sim.log(f"{self.name}: no ack from {b} in time")
-            self._on_failure(b)
-        self.sim.at(TICK, self._tick)
-
-    def _close_metadata(self, done: MdDone) -> None:
-        lac, length = self.sm.lac, self.sm.lac_length
-        self.sim.log(f"{self.name} closes the ledger at {lac}")
-
-        def finished(md: LedgerMetadata | None, exc: BaseException | None) -> None:
-            if md is not None:
-                self.md = md
-            done(md, exc)
-
-        update_async(self.w, self.name, lambda m: self._close_transition(m, lac, length), finished)
-
-    def _close_transition(self, md: LedgerMetadata, lac: int, length: int) -> LedgerMetadata:
-        if not (self.recovery and self.w.model.recovery_fragments_at_close):
-            return transitions.close(md, lac, length)
-        if md.state is not LedgerState.IN_RECOVERY:
-            return md
-        for key, ensemble in sorted(self.deferred.items()):
-            md = transitions.set_fragment(md, key, ensemble)
-        return transitions.close(md, lac, length)
-
-    def _maybe_idle(self) -> None:
-        if not self.sm.pending or self.error is not None:
-            waiting, self.on_idle = self.on_idle, []
-            for fn in waiting:
-                fn()
-
-    def close(self, done: MdDone, wait: float = 60.0) -> None:
-        """WriteHandle.close: wait (bounded) for pending adds, fail leftovers, close at the LAC."""
-        if self.closed:
-            return
-        state = {"fired": False}
-
-        def go() -> None:
-            if state["fired"] or self.dead:
-                return
-            state["fired"] = True
-            if self.sm.pending and self.error is None:
-                self._fail(E_TIMEOUT)
-            self.closed = True
-            self._close_metadata(done)
-
-        self.on_idle.append(go)
-        self.sim.at(wait, go)
-        self._maybe_idle()
-
-
-def ensemble_at(ensembles: dict[int, list[str]], entry_id: int) -> list[str]:
-    return ensembles[max(k for k in ensembles if k <= entry_id)]
-
+__all__ = ["SimRecovery", "SimWriter"]
 
 # ---------------------------------------------------------------------------------------- recovery
 

@@ -91,6 +91,13 @@ class Schedule:
             self.crashes.append((dies + rng.uniform(0.0, 40.0), rng.randrange(self.bookies),
                                  rng.uniform(3.0, 30.0)))
 
+    def without_spares(self) -> Schedule:
+        """The same schedule on exactly E bookies: every crash of one leaves no spare, so the writer
+        delays its ensemble changes (and recoveries run out of bookies)."""
+        self.bookies = self.ensemble
+        self.crashes = [(t, i % self.bookies, down) for t, i, down in self.crashes]
+        return self
+
     def describe(self) -> str:
         f = self.faults
         return (f"E={self.ensemble} Qw={self.qw} Qa={self.qa} bookies={self.bookies} entries={self.entries} "
@@ -121,16 +128,21 @@ class Outcome:
     events: int
     final_recovery: bool
     trace: tuple[str, ...] = ()
+    delays: int = 0          # ensemble changes the writer delayed for want of a spare
+    rejoins: int = 0         # delayed bookies it took back with their id
 
 
 class SimulationFailure(AssertionError):
     """A run broke an invariant (or the machines raised): carries the seed and the trace tail."""
 
 
-def run_schedule(seed: int, model: ClientModel = CURRENT, trace_len: int = 80) -> Outcome:
-    """Run the schedule drawn from `seed` and check invariants 1–5; replayable from the seed alone."""
+def run_schedule(seed: int, model: ClientModel = CURRENT, trace_len: int = 80, no_spare: bool = False) -> Outcome:
+    """Run the schedule drawn from `seed` and check invariants 1–5; replayable from the seed alone
+    (and ``no_spare``: the schedule on exactly E bookies)."""
     rng = Random(seed)
     schedule = Schedule.draw(seed, rng)
+    if no_spare:
+        schedule.without_spares()
     sim = Sim(rng, trace_len)
     try:
         return _run(sim, schedule, model)
@@ -169,10 +181,11 @@ def _run(sim: Sim, sch: Schedule, model: ClientModel) -> Outcome:
     if final is not None:
         recoveries.append(final)
     check_final(world, recoveries)
+    check_marks(world, writer)
     return Outcome(sch.seed, len(world.acked), world.store.md.last_entry_id,
                    sum(r.result is not None for r in recoveries), sum(len(r.errors) for r in recoveries),
                    writer.error, writer.sm.changes, len(world.store.history), sim.events, final is not None,
-                   tuple(sim.trace))
+                   tuple(sim.trace), writer.delays, writer.rejoins)
 
 
 def _drive_writer(world: World, writer: SimWriter, sch: Schedule) -> None:
@@ -283,3 +296,25 @@ def check_entry(world: World, md: LedgerMetadata, e: int, acknowledged: bool) ->
         sim.check(len(copies) >= md.ack_quorum_size,
                   f"invariant 1: acknowledged entry {e} is on only {copies} (< Qa={md.ack_quorum_size}) "
                   f"of its {where}")
+
+
+def check_marks(world: World, writer: SimWriter) -> None:
+    """Delayed ensemble changes leave no silent gap: an entry of the closed ledger that the writer
+    never sent to a bookie of its write set (delayed: no spare) is on that bookie (taken back and
+    resent, or rewritten by a recovery), or the writer marked the ledger under-replicated for it.
+    A writer that never finishes its last fragment (its process died, or it stopped writing
+    without closing and the ledger was recovered) marks nothing for it: the auditor's periodic
+    check (the first and last entry of each bookie of a fragment) is left to find those gaps, so
+    that fragment is not checked then."""
+    sim, md = world.sim, world.store.md
+    abandoned = writer.dead or (not writer.closed and writer.error is None)
+    for e, b in sorted(writer.skipped):
+        if e > md.last_entry_id or (abandoned and e >= writer.sm.last_key):
+            continue
+        ensemble = md.ensemble_at(e)
+        if b not in [ensemble[i] for i in md.write_set(e)]:
+            continue
+        holds = world.bookies[b].entries.get(LEDGER_ID, {}).get(e) is not None
+        sim.check(holds or b in world.marks,
+                  f"entry {e} was never sent to {b} (written on without it) and the ledger was not marked "
+                  f"under-replicated for it (marks {sorted(world.marks)})")

@@ -31,6 +31,7 @@ OK, FENCED, NO_ENTRY = "OK", "FENCED", "NO_ENTRY"
 CHANGES_MAX = 32            # ClientConfig.ensemble_changes_max
 ADD_TIMEOUT = 10.0          # ClientConfig.add_timeout_ms, in simulated time
 TICK = 0.5                  # the client's ticker period (check_timeouts)
+OPERATION_TIMEOUT = 60.0    # ClientConfig.operation_timeout_ms: a write stalled for lack of bookies fails
 METADATA_RETRIES_MAX = 20   # update_ledger's retries_max
 
 # Client-side error kinds (the real client's exception classes, as plain names).
@@ -325,6 +326,7 @@ class World:
         self.placement = EnsemblePlacement(sim.rng)
         self.stale_registry = stale_registry
         self.acked: list[tuple[float, int]] = []     # (time, entry id) the original writer completed
+        self.marks: set[str] = set()                 # bookies the ledger was marked under-replicated for
         self.payloads: dict[int, bytes] = {}
         self.recovery_read_window = 64               # ClientConfig.recovery_read_window_entries
 

@@ -5,6 +5,10 @@ and the last events are in the failure message; ``SPARK_BOOKIE_SIM_SEED=<seed> p
 replay -s`` prints its whole trace. ``SPARK_BOOKIE_SEED`` fixes the base seed of the random sweep and
 ``SPARK_BOOKIE_SIM_RUNS`` its size (300 by default).
 
+``test_no_spare_schedules`` runs the same kind of schedules on exactly E bookies, where the writer
+delays its ensemble changes (no spare): it writes on with Qa of each write set, takes bookies back
+when they answer again, and must mark the ledger under-replicated for whatever they missed.
+
 The simulated client follows write_handle.py / recovery.py step for step. ``sim_world.ClientModel``
 names the choices where an earlier client lost acknowledged entries (bugs A and B below, both
 fixed); ``test_simulator_catches_bug_b`` proves the sweep still finds bug B, and
@@ -86,6 +90,29 @@ def test_random_schedules(seed: int) -> None:
         stats["writer fenced"] += o.writer_error == "LedgerFencedError"
     print("sim: runs that " + ", ".join(f"{k}: {v}" for k, v in stats.items()))
     # A sweep that stopped exercising the protocol would pass vacuously.
+    if RUNS >= 100:
+        assert all(v >= RUNS // 50 for v in stats.values()), stats
+
+
+def test_no_spare_schedules(seed: int) -> None:
+    """RUNS schedules on exactly E bookies: a crash leaves no spare, so the writer delays its
+    ensemble changes (writes on with Qa of each write set, takes bookies back with their ids when
+    they answer again, fails a stalled write after the operation timeout) while recoveries race it.
+    Invariants 1-5 hold, and no entry it never sent to a delayed bookie is silently missing there."""
+    seeds = [(seed + i) % (1 << 63) for i in range(RUNS)]
+    print(f"sim without spares: {RUNS} schedules, seeds {seeds[0]}..{seeds[-1]} (base SPARK_BOOKIE_SEED={seed})")
+    outcomes: list[Outcome] = []
+    failures: list[SimulationFailure] = []
+    for s in seeds:
+        try:
+            outcomes.append(run_schedule(s, MODEL, no_spare=True))
+        except SimulationFailure as f:
+            failures.append(f)
+    assert not failures, _report(failures, f"of {RUNS} schedules without spares (base seed {seed})")
+    stats = Counter({"acked": sum(o.acked > 0 for o in outcomes), "delayed": sum(o.delays > 0 for o in outcomes),
+                     "took a bookie back": sum(o.rejoins > 0 for o in outcomes),
+                     "stalled": sum(o.writer_error == "NotEnoughBookiesError" for o in outcomes)})
+    print("sim without spares: runs that " + ", ".join(f"{k}: {v}" for k, v in stats.items()))
     if RUNS >= 100:
         assert all(v >= RUNS // 50 for v in stats.values()), stats
 
@@ -177,6 +204,35 @@ def test_checks_catch_a_broken_machine(monkeypatch: pytest.MonkeyPatch,
     pytest.fail(f"{breakage.__name__}: no invariant check noticed in 300 schedules")
 
 
+def _forget_short_bookies(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(AddState, "take_short", lambda self: set())
+    monkeypatch.setattr(AddState, "finish", lambda self: set())
+
+
+def _forget_debts(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(AddState, "_owe", lambda self, eid, targets, mask: None)
+
+
+def _no_resend_when_taken_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    original = AddState._resends
+    monkeypatch.setattr(AddState, "_resends", lambda self, key, new, back: original(self, key, new, set()))
+
+
+@pytest.mark.parametrize("breakage", [_forget_short_bookies, _forget_debts, _no_resend_when_taken_back],
+                         ids=lambda f: f.__name__[1:])
+def test_checks_catch_a_broken_delayed_change(monkeypatch: pytest.MonkeyPatch,
+                                              breakage: Callable[[pytest.MonkeyPatch], None]) -> None:
+    """Mutation smoke test of the delayed-change rules: with one broken, some of 1,500 fixed
+    schedules without spares must leave an entry silently missing on a bookie."""
+    breakage(monkeypatch)
+    for s in range(1500):
+        try:
+            run_schedule(s, BOOKKEEPER, no_spare=True)
+        except SimulationFailure:
+            return
+    pytest.fail(f"{breakage.__name__}: no check noticed in 1500 schedules without spares")
+
+
 def test_checks_catch_a_recovery_closing_on_failure() -> None:
     """Bug A's schedules fail again if a recovery's handle closes the ledger when it runs out of bookies."""
     _, failures = _sweep(BUG_A_SEEDS, ClientModel(recovery_closes_on_failure=True))
@@ -187,11 +243,16 @@ def test_checks_catch_a_recovery_closing_on_failure() -> None:
 
 
 class AddStateModel(RuleBasedStateMachine):
-    """AddState against an independent model of the writer's rules (DESIGN §5, invariant 2).
+    """AddState against an independent model of the writer's rules (DESIGN §5, invariant 2), delayed
+    ensemble changes included.
 
     The model tracks, per pending entry, where it must be stored and who acked it there, which
-    bookies failed, and whether an ensemble change is running; hypothesis interleaves appends,
-    acks (also late and stray ones), failures, the change plan and its (delayed) application.
+    bookies failed, which are delayed (kept in the ensemble for want of a spare, sent nothing), and
+    whether an ensemble change is running; hypothesis interleaves appends, acks (also late and
+    stray ones), failures, the change plan and its (delayed) application, in which each planned
+    bookie is replaced, kept delayed or taken back, or no spare at all (delay_change), and retries.
+    Whatever happens: completions in order, none during a change, none without Qa acks, and an
+    entry with Qa acks completes once no change runs.
     """
 
     def __init__(self) -> None:
@@ -213,8 +274,10 @@ class AddStateModel(RuleBasedStateMachine):
         self.targets: dict[int, dict[int, str]] = {}
         self.acks: dict[int, set[str]] = {}
         self.failed: set[str] = set()
+        self.delayed: set[str] = set()
         self.changing = False
-        self.plan: tuple[int, list[str]] | None = None
+        self.planned: set[str] = set()
+        self.plan: tuple[int, list[str], set[str]] | None = None
         self.lac, self.next_eid, self.last_key = -1, 0, 0
 
     def _live(self) -> bool:
@@ -229,7 +292,8 @@ class AddStateModel(RuleBasedStateMachine):
         self.next_eid += 1
         self.targets[eid] = {i: self.ensemble[i] for i in write_set(eid, self.e, self.qw)}
         self.acks[eid] = set()
-        assert list(bookies) == [b for b in self.targets[eid].values() if b not in self.failed]
+        skip = self.failed | self.delayed
+        assert list(bookies) == [b for b in self.targets[eid].values() if b not in skip]
 
     @precondition(lambda self: self._live() and bool(self.targets))
     @rule(data=st.data())
@@ -253,41 +317,72 @@ class AddStateModel(RuleBasedStateMachine):
     def bookie_fails(self, data: st.DataObject) -> None:
         assert self.sm is not None
         bookie = data.draw(st.sampled_from([*self.ensemble, "stranger"]), label="failed bookie")
-        expect_start = bookie in self.ensemble and bookie not in self.failed and not self.changing
-        if bookie in self.ensemble:
+        new = bookie in self.ensemble and bookie not in self.failed | self.delayed
+        expect_start = new and not self.changing
+        if new:
             self.failed.add(bookie)
             self.changing = True
         assert self.sm.on_bookie_failure(bookie) == expect_start
 
-    @precondition(lambda self: self._live() and self.changing and self.plan is None)
+    @precondition(lambda self: self._live() and not self.changing and bool(self.delayed))
     @rule()
-    def plan_change(self) -> None:
+    def retry_delayed(self) -> None:
+        """A spare registered, or a delayed bookie answers again: the handle retries the change."""
+        assert self.sm is not None
+        assert self.sm.begin_change()
+        self.changing = True
+
+    @precondition(lambda self: self._live() and self.changing and self.plan is None)
+    @rule(data=st.data())
+    def plan_change(self, data: st.DataObject) -> None:
+        """Placement's answer, drawn per planned bookie: a spare, none (stays delayed), or the
+        bookie itself, answering again (taken back)."""
         assert self.sm is not None
         key, indexes = self.sm.change_plan()
         assert key == self.lac + 1 and key >= self.last_key
-        assert indexes == [i for i, b in enumerate(self.ensemble) if b in self.failed]
-        new = [self._bookie() if i in indexes else b for i, b in enumerate(self.ensemble)]
-        self.plan = (key, new)
+        self.planned = self.failed | self.delayed
+        assert indexes == [i for i, b in enumerate(self.ensemble) if b in self.planned]
+        new, still = list(self.ensemble), set()
+        for i in indexes:
+            choice = data.draw(st.sampled_from(["spare", "none", "back"]), label=f"position {i}")
+            if choice == "spare":
+                new[i] = self._bookie()
+            elif choice == "none":
+                still.add(self.ensemble[i])
+        self.plan = (key, new, still)
 
     @precondition(lambda self: self._live() and self.plan is not None)
     @rule()
     def apply_change(self) -> None:
-        """The metadata CAS succeeded: acks and failures may have arrived since the plan."""
+        """The metadata CAS succeeded (or nothing changed: no spare, none back, delay_change):
+        acks and failures may have arrived since the plan."""
         assert self.sm is not None and self.plan is not None
-        key, new = self.plan
+        key, new, still = self.plan
         self.plan = None
+        if new == self.ensemble and still == self.planned:
+            self.delayed |= self.planned
+            self.failed -= self.planned
+            self.changing = bool(self.failed)
+            self._completions(self.sm.delay_change())
+            return
+        back = {b for b in self.planned if b in new and b not in still}
+        self.failed = {b for b in self.failed if b not in self.planned and b in new}
+        skip = self.failed | still
         expected: set[tuple[int, int, str]] = set()
         for eid, targets in self.targets.items():
             for i, old in list(targets.items()):
                 if new[i] != old:
                     self.acks[eid].discard(old)
                     targets[i] = new[i]
-                    expected.add((eid, i, new[i]))
+                    if new[i] not in skip:
+                        expected.add((eid, i, new[i]))
+                elif old in back and old not in self.acks[eid]:
+                    expected.add((eid, i, old))
         self.ensemble = list(new)
-        self.failed &= set(new)
+        self.delayed = set(still)
         self.changing = bool(self.failed)
         self.last_key = key
-        sends, completions = self.sm.apply_change(key, new)
+        sends, completions = self.sm.apply_change(key, new, still)
         assert {(s.entry_id, s.position, s.bookie) for s in sends} == expected
         self._completions(completions)
 
@@ -310,6 +405,11 @@ class AddStateModel(RuleBasedStateMachine):
         assert self.sm.lac == self.lac
         assert self.sm.changing == self.changing
         assert self.sm.outstanding == len(self.targets)
+        assert self.sm.delayed == self.delayed and self.sm.failed == self.failed
+        skip = self.failed | self.delayed
+        lost = any(sum(self.ensemble[i] not in skip for i in write_set(s, self.e, self.qw)) < self.qa
+                   for s in range(self.e))
+        assert self.sm.quorum_lost == lost
 
 
 TestAddStateModel = AddStateModel.TestCase
