@@ -61,6 +61,27 @@ class FragmentChecker:
                     bad.setdefault(bookie, []).append(key)
         return bad
 
+    def holds_ends(self, md: LedgerMetadata, first: int, last: int, position: int, bookie: str) -> bool:
+        """Does ``bookie`` (at ``position`` of the fragment [first, last]) answer its first and last
+        entry of the fragment with a valid copy? A writer that wrote on without a bookie (a delayed
+        ensemble change) left it without the fragment's last entries, so a bookie passing this has
+        what such a writer skipped; anything but a valid copy (an error included) is a no."""
+        wanted = sample_entries(md, first, last, position, 0.0, self._rng)
+        futures = [self._launch(md.ledger_id, bookie, e) for e in wanted]
+        digester = Digester(md.digest_type, b"") if md.digest_type is not DigestType.HMAC else None
+        for e, fut in zip(wanted, futures, strict=True):
+            if fut is None:
+                return False
+            try:
+                resp = fut.result(timeout=self._timeout_s)
+                if resp.status != pb.EOK:
+                    return False
+                if digester is not None:
+                    digester.unframe(resp.body, md.ledger_id, e)
+            except (grpc.RpcError, grpc.FutureTimeoutError, FramingError):
+                return False
+        return True
+
     def _launch(self, ledger_id: int, bookie: str, entry_id: int) -> Any:
         try:
             return self._pool.get(bookie).read_future(ledger_id, entry_id)

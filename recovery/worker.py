@@ -11,14 +11,23 @@ One ledger at a time per thread, ``worker_ledgers_in_flight_max`` threads:
 4. the last fragment of a ledger that is not closed belongs to its writer: the worker waits
    ``open_ledger_rereplication_grace_ms`` (holding the lock, re-checking: the writer may replace
    the bookie itself), then opens the ledger with recovery (fence + close; the old writer can no
-   longer add) and repairs the now finished fragment;
-5. done: ``mark_replicated`` (a CAS on the queue node: if more bookies were marked missing
+   longer add) and repairs the now finished fragment — unless no bookie could take the missing
+   one's place: fencing would then stop the writer and repair nothing (it writes on without the
+   bookie, BookKeeper's delayed ensemble change), so the ledger is left to its writer (done if the
+   bookie is writable again: the writer takes it back and marks the ledger for what it missed;
+   retried later if not);
+5. with no bookie to take its place, a finished fragment whose missing bookie is writable again
+   (back with its id and its disk) is filled in place: if it lacks its first or last entry of the
+   fragment (a writer wrote on without it), every entry of its share is copied back to it from
+   the others; the metadata does not change;
+6. done: ``mark_replicated`` (a CAS on the queue node: if more bookies were marked missing
    meanwhile the ledger stays queued). A failure releases the lock and backs off exponentially
    per ledger, so one broken ledger cannot starve the others.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import functools
 import logging
@@ -34,6 +43,7 @@ from ledger_client.recovery import LedgerRecovery
 from metadata import DigestType, LedgerMetadata, MetadataError, MetadataStore, NoNodeError, update_ledger
 from metadata.underreplication.base import UnderReplicationBase
 
+from .checker import FragmentChecker
 from .config import AutoRecoveryConfig
 from .copier import FragmentCopier
 from .errors import RecoveryError, ReplicationError
@@ -42,7 +52,6 @@ from .plan import (
     RepairKind,
     choose_replacements,
     copy_runs,
-    names_any,
     plan_repair,
     replace_in_fragment,
 )
@@ -62,6 +71,7 @@ class WorkerStats:
     ledgers_dropped: int = 0        # deleted while queued
     ledgers_fenced: int = 0         # open ledgers recovery-opened after their grace period
     fragments_repaired: int = 0
+    fragments_filled: int = 0       # of those, filled in place (the bookie back, no spare)
     entries_copied: int = 0
     bytes_copied: int = 0
     failures: int = 0
@@ -104,6 +114,8 @@ class ReplicationWorker:
         self._clock = clock
         self._name = name
         self._copier = FragmentCopier(client.pool, config)
+        self._checker = FragmentChecker(client.pool, sample_fraction=0.0, reads_in_flight_max=2,
+                                        timeout_s=config.bookie_timeout_ms / 1000)
         self.stats = WorkerStats()
         self._stop = threading.Event()
         self._mutex = threading.Lock()
@@ -228,9 +240,12 @@ class ReplicationWorker:
             log.info("%s: ledger %d was deleted; dropping it from the queue", self._name, lid)
             self.stats.add(ledgers_dropped=1)
             return Outcome.DONE, 0.0
-        gone = set(missing)
-        md, version = self._repair_finished(md, version, gone)
-        if any(r.kind is RepairKind.OPEN_LAST for r in plan_repair(md, gone)):
+        gone, filled = set(missing), set[int]()
+        md, version = self._repair_finished(md, version, gone, filled)
+        open_last = next((r for r in plan_repair(md, gone) if r.kind is RepairKind.OPEN_LAST), None)
+        if open_last is not None:
+            if not self._replaceable(open_last, gone):
+                return self._leave_to_writer(md, open_last), 0.0
             waiting = self._wait_for_writer(md, gone)
             if waiting is not None:
                 return Outcome.DEFER, waiting
@@ -240,10 +255,32 @@ class ReplicationWorker:
             except (errors.NoSuchLedgerError, NoNodeError):
                 self.stats.add(ledgers_dropped=1)
                 return Outcome.DONE, 0.0
-            md, version = self._repair_finished(md, version, gone)
+            md, version = self._repair_finished(md, version, gone, filled)
         # ``md`` is what our last CAS wrote (or read): a writer's later ensemble change is its own
         # and the auditor's periodic audit re-marks the ledger if it names a lost bookie again.
-        return (Outcome.RETRY if names_any(md, gone) else Outcome.DONE), 0.0
+        left = [r for r in plan_repair(md, gone) if r.first_entry_id not in filled]
+        return (Outcome.RETRY if left else Outcome.DONE), 0.0
+
+    def _replaceable(self, repair: FragmentRepair, gone: Collection[str]) -> bool:
+        """Could the placement policy find bookies for the fragment's missing ones now?"""
+        try:
+            choose_replacements(self._client.placement, repair, self._client.registry.writable(),
+                                set(gone) | set(repair.ensemble))
+        except errors.NotEnoughBookiesError:
+            return False
+        return True
+
+    def _leave_to_writer(self, md: LedgerMetadata, repair: FragmentRepair) -> Outcome:
+        """An open ledger's last fragment names missing bookies no spare can replace: its writer
+        writes on without them (a delayed ensemble change) and fencing it would repair nothing.
+        Done once they are writable again (the writer takes them back, and marks the ledger for
+        whatever they missed when it finishes that fragment); else try again later."""
+        writable = set(self._client.registry.writable_ids())
+        back = set(repair.replaced) <= writable
+        log.info("%s: ledger %d is %s and its last fragment names %s; no spare bookie to move it to: %s",
+                 self._name, md.ledger_id, md.state.value, sorted(repair.replaced),
+                 "they are back, left to its writer" if back else "not fencing its writer, trying later")
+        return Outcome.DONE if back else Outcome.RETRY
 
     def _missing(self, lid: int) -> list[str] | None:
         """The ledger's missing replicas: as recorded when we locked it (no second read; the
@@ -254,11 +291,11 @@ class ReplicationWorker:
                 return missing
         return self._store.missing_replicas(lid)
 
-    def _repair_finished(self, md: LedgerMetadata, version: int,
-                         gone: Collection[str]) -> tuple[LedgerMetadata, int]:
+    def _repair_finished(self, md: LedgerMetadata, version: int, gone: Collection[str],
+                         filled: set[int]) -> tuple[LedgerMetadata, int]:
         for repair in plan_repair(md, gone):
-            if repair.kind is not RepairKind.OPEN_LAST:
-                md, version = self._repair(md, version, repair, gone)
+            if repair.kind is not RepairKind.OPEN_LAST and repair.first_entry_id not in filled:
+                md, version = self._repair(md, version, repair, gone, filled)
         return md, version
 
     def _wait_for_writer(self, md: LedgerMetadata, gone: Collection[str]) -> float | None:
@@ -273,14 +310,21 @@ class ReplicationWorker:
                  self._name, md.ledger_id, md.state.value, sorted(set(gone) & set(last)), grace_end - now)
         return now + max(0.05, min(self._cfg.worker_backoff_ms / 1000, grace_end - now))
 
-    def _repair(self, md: LedgerMetadata, version: int, repair: FragmentRepair,
-                gone: Collection[str]) -> tuple[LedgerMetadata, int]:
-        """Copy one finished fragment (if it has entries) to new bookies and publish it by CAS."""
+    def _repair(self, md: LedgerMetadata, version: int, repair: FragmentRepair, gone: Collection[str],
+                filled: set[int]) -> tuple[LedgerMetadata, int]:
+        """Copy one finished fragment (if it has entries) to new bookies and publish it by CAS;
+        with no bookie to take their place, fill it in place if its missing bookies are back."""
         if self._stop.is_set():
             raise ReplicationError("the worker is stopping")
         registry = self._client.registry
-        new = choose_replacements(self._client.placement, repair, registry.writable(),
-                                  set(gone) | set(repair.ensemble))
+        try:
+            new = choose_replacements(self._client.placement, repair, registry.writable(),
+                                      set(gone) | set(repair.ensemble))
+        except errors.NotEnoughBookiesError:
+            if not self._fill_in_place(md, repair):
+                raise
+            filled.add(repair.first_entry_id)
+            return md, version
         copied = (0, 0)
         if repair.kind is RepairKind.COPY:
             reachable = set(registry.writable_ids()) | set(registry.readonly_ids())
@@ -295,6 +339,30 @@ class ReplicationWorker:
         log.info("%s: ledger %d fragment %d: %s (%d entries copied)", self._name, md.ledger_id,
                  repair.first_entry_id, ", ".join(f"{o} -> {n}" for o, n in replacements.items()), copied[0])
         return md, version
+
+    def _fill_in_place(self, md: LedgerMetadata, repair: FragmentRepair) -> bool:
+        """The fragment's missing bookies are writable again (back with their ids) and no other
+        could take their place: copy its entries back to those that lack their first or last one
+        of it (a writer wrote on without them). False when one is not writable."""
+        registry = self._client.registry
+        writable = set(registry.writable_ids())
+        if not set(repair.replaced) <= writable:
+            return False
+        lacking = tuple(p for p in repair.positions if repair.kind is RepairKind.COPY and not self._checker.holds_ends(
+            md, repair.first_entry_id, repair.last_entry_id, p, repair.ensemble[p]))
+        copied = (0, 0)
+        if lacking:
+            same = {p: repair.ensemble[p] for p in lacking}
+            reachable = (writable | set(registry.readonly_ids())) - set(same.values())
+            runs = copy_runs(md, dataclasses.replace(repair, positions=lacking), same, reachable,
+                             self._cfg.copy_range_entries_max)
+            stats = self._copier.copy(md, runs, cancel=self._stop)
+            copied = (stats.entries, stats.bytes)
+        self.stats.add(fragments_repaired=1, fragments_filled=1, entries_copied=copied[0], bytes_copied=copied[1])
+        log.info("%s: ledger %d fragment %d: no spare bookie for %s, which %s back: %s", self._name, md.ledger_id,
+                 repair.first_entry_id, sorted(repair.replaced), "is" if len(repair.replaced) == 1 else "are",
+                 f"{copied[0]} entries copied back in place" if lacking else "it holds its entries")
+        return True
 
     def _fence_and_close(self, md: LedgerMetadata) -> LedgerMetadata:
         """Recovery-open the ledger (fence its bookies, find its end, close it): its writer had its
