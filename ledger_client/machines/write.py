@@ -146,13 +146,23 @@ class AddState:
         if self.changing:
             return []
         done: list[Completion] = []
-        pending, acked, lengths, qa, full = self.pending, self._acked, self._lengths, self.qa, self._full
+        pending, acked, lengths, qa = self.pending, self._acked, self._lengths, self.qa
+        full, owed = self._full, self.owed
         # The next entry to complete is always LAC + 1 (looking it up by key: iterating a dict
         # whose front was deleted costs O(deleted) per call).
         while (mask := acked.get(self.lac + 1)) is not None and mask.bit_count() >= qa:
             eid = self.lac + 1
-            if mask != full:
-                self._owe(eid, pending[eid], mask)
+            if mask != full:   # completed without some of its write set: each of them owes it
+                missing = full ^ mask
+                if missing & (missing - 1):
+                    self._owe(eid, pending[eid], mask)
+                else:   # one bookie (Qw = Qa + 1, the usual case): inline, this runs per entry
+                    b = pending[eid][missing.bit_length() - 1]
+                    debt = owed.get(b)
+                    if debt is None:
+                        owed[b] = [eid, eid]
+                    else:
+                        debt[1] = eid
             del pending[eid], acked[eid]
             length = lengths.pop(eid)
             self.lac, self.lac_length = eid, length

@@ -210,7 +210,14 @@ def _forget_short_bookies(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def _forget_debts(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(AddState, "_owe", lambda self, eid, targets, mask: None)
+    original = AddState._complete
+
+    def complete(self: AddState) -> list[Completion]:
+        done = original(self)
+        self.owed.clear()   # entries completed without a bookie are forgotten at once
+        return done
+
+    monkeypatch.setattr(AddState, "_complete", complete)
 
 
 def _no_resend_when_taken_back(monkeypatch: pytest.MonkeyPatch) -> None:
