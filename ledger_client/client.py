@@ -1,325 +1,42 @@
-"""LedgerClient: create, open (with or without recovery), delete and list ledgers (DESIGN §4.1)."""
+"""LedgerClient, the public client (DESIGN §4.1, §4.5): ledgers, and namespaces and streams on them.
+
+The ledger operations are LedgerCore's (core.py), which every handle holds and which knows nothing
+of streams; this class adds the namespace operations, whose work is done in stream/namespace.py.
+It is the one place where the two meet: ledger code never imports stream code (the layout rule in
+tests/unit/layout_check.py), and stream code reaches ledgers only through this client.
+
+A subclass of the core rather than a wrapper around it, so that the object a caller holds is the one
+its handles call back (tools pass the public client to LedgerRecovery, tests intercept its metadata
+calls): forwarding every ledger member through a second object would split that identity.
+"""
 
 from __future__ import annotations
 
-import logging
-import random
-import threading
-import time
-import weakref
-from collections.abc import Callable, Iterator, Mapping
-from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
-from typing import TYPE_CHECKING
-
-from metadata import (
-    BadVersionError,
-    LedgerMetadata,
-    LedgerState,
-    MetadataAccessDeniedError,
-    MetadataError,
-    MetadataStore,
-    MetadataUnavailableError,
-    NoNodeError,
-    update_ledger,
-)
-from metadata import connect as connect_metadata
-
-from . import errors
-from .bookies import BookiePool, BookieRegistry
-from .config import ClientConfig
-from .placement import EnsemblePlacement
-from .protocol.framing import Digester, DigestType, master_key
-from .read_handle import ReadHandle
-from .recovery import LedgerRecovery
-from .stream import namespace as stream_namespace
+from .core import LedgerCore
+from .stream import namespace as namespaces
 from .stream.namespace import Namespace
-from .transport import StreamLimits
-from .transport.credentials import credentials_of
-from .write_handle import WriteHandle
-
-if TYPE_CHECKING:
-    from .metrics import ClientMetrics
-
-log = logging.getLogger(__name__)
 
 
-@contextmanager
-def metadata_errors(what: str, ledger_op: bool = True) -> Iterator[None]:
-    """Metadata-store failures as the client's typed errors (a missing znode is a missing ledger
-    only for ledger operations; elsewhere it means the cluster layout is missing)."""
-    try:
-        yield
-    except NoNodeError as e:
-        if not ledger_op:
-            raise errors.MetadataServiceError(f"{what}: {e} (run `spark-bookie init` first?)") from e
-        raise errors.NoSuchLedgerError(f"{what}: no such ledger ({e})") from e
-    except BadVersionError as e:
-        raise errors.MetadataVersionError(f"{what}: metadata changed concurrently ({e})") from e
-    except MetadataUnavailableError as e:
-        raise errors.MetadataServiceError(f"{what}: ZooKeeper unavailable ({e})") from e
-    except MetadataAccessDeniedError as e:
-        raise errors.UnauthorizedAccessError(f"{what}: {e}") from e
-    except MetadataError as e:
-        raise errors.MetadataServiceError(f"{what}: {e}") from e
-
-
-def _check_create_args(ensemble_size: int, write_quorum_size: int, ack_quorum_size: int,
-                       digest_type: DigestType, password: bytes,
-                       custom_metadata: Mapping[str, bytes] | None) -> None:
-    sizes = (ensemble_size, write_quorum_size, ack_quorum_size)
-    if not all(isinstance(x, int) and not isinstance(x, bool) for x in sizes):
-        raise errors.IncorrectParameterError(f"ensemble and quorum sizes must be integers, got {sizes}")
-    if not ensemble_size >= write_quorum_size >= ack_quorum_size >= 1:
-        raise errors.IncorrectParameterError(
-            f"need ensemble_size >= write_quorum_size >= ack_quorum_size >= 1, got {sizes}")
-    if not isinstance(digest_type, DigestType):
-        raise errors.IncorrectParameterError(f"digest_type must be a DigestType, not {digest_type!r}")
-    if not isinstance(password, (bytes, bytearray)):
-        raise errors.IncorrectParameterError("password must be bytes")
-    for k, v in (custom_metadata or {}).items():
-        if not isinstance(k, str) or not isinstance(v, (bytes, bytearray)):
-            raise errors.IncorrectParameterError("custom_metadata must map str to bytes")
-
-
-class LedgerClient:
+class LedgerClient(LedgerCore):
     """The synchronous, thread-safe client. `zk` is "host:port[,host:port][/root]" or "zk://...".
 
     `metadata_store` lets tests and the simulator pass an in-memory twin instead of ZooKeeper.
     """
 
-    def __init__(self, zk: str = "127.0.0.1:2181", *, config: ClientConfig | None = None,
-                 metadata_store: MetadataStore | None = None, metrics: ClientMetrics | None = None) -> None:
-        """``metrics``: ledger_client.metrics.ClientMetrics to count into (None: not counted)."""
-        self.config = config or ClientConfig()
-        self.metrics = metrics
-        self._owns_store = metadata_store is None
-        if metadata_store is None:
-            with metadata_errors(f"connect to {zk}", ledger_op=False):
-                metadata_store = connect_metadata(zk, session_timeout_ms=self.config.zk_session_timeout_ms,
-                                                  connect_timeout_ms=self.config.zk_connect_timeout_ms,
-                                                  zk_auth=self.config.zk_auth)
-        self.store: MetadataStore = metadata_store
-        with metadata_errors("watch bookies", ledger_op=False):
-            self.registry = BookieRegistry(self.store)
-        cfg = self.config
-        self.pool = BookiePool(cfg.read_timeout_ms, StreamLimits(
-            batch_entries_max=cfg.bookie_batch_entries_max, in_flight_adds_max=cfg.bookie_in_flight_adds_max,
-            backlog_adds_max=cfg.bookie_backlog_adds_max, messages_in_flight_max=cfg.bookie_messages_in_flight_max,
-            window_bypass_adds=cfg.bookie_window_bypass_adds, add_transport=cfg.bookie_add_transport),
-            read_transport=cfg.bookie_read_transport, credentials=credentials_of(cfg))
-        self.placement = EnsemblePlacement(random.Random(self.config.placement_seed))
-        self._executor = ThreadPoolExecutor(max_workers=8, thread_name_prefix="ledger-client")
-        self._writers: weakref.WeakSet[WriteHandle] = weakref.WeakSet()
-        self._stop = threading.Event()
-        self._ticker = threading.Thread(target=self._tick, name="ledger-client-ticker", daemon=True)
-        self._ticker.start()
-        self._closed = False
-
-    # ------------------------------------------------------------------ plumbing for handles
-
-    def run_soon(self, fn: Callable[[], None]) -> None:
-        if not self._closed:
-            self._executor.submit(fn)
-
-    def update_metadata(self, ledger_id: int, fn: Callable[[LedgerMetadata], LedgerMetadata]) -> LedgerMetadata:
-        """Every metadata change goes through the one CAS loop (metadata.update_ledger)."""
-        return self.update_metadata_versioned(ledger_id, fn)[0]
-
-    def update_metadata_versioned(self, ledger_id: int,
-                                  fn: Callable[[LedgerMetadata], LedgerMetadata]) -> tuple[LedgerMetadata, int]:
-        with metadata_errors(f"update ledger {ledger_id}"):
-            return update_ledger(self.store, ledger_id, fn, retries_max=self.config.metadata_retries_max)
-
-    def replace_metadata(self, md: LedgerMetadata, version: int) -> int:
-        """One CAS at exactly `version`, no retry: for changes only valid on that version (a
-        recovery's close). BadVersionError surfaces as MetadataVersionError."""
-        with metadata_errors(f"write ledger {md.ledger_id}"):
-            return self.store.write_ledger_metadata(md, version)
-
-    def watch_writer(self, w: WriteHandle) -> None:
-        self._writers.add(w)
-
-    def forget_writer(self, w: WriteHandle) -> None:
-        self._writers.discard(w)
-
-    def _tick(self) -> None:
-        last_lac = time.monotonic()
-        while not self._stop.wait(0.1):
-            now = time.monotonic()
-            lac_due = (self.config.explicit_lac_interval_ms > 0
-                       and now - last_lac >= self.config.explicit_lac_interval_ms / 1000)
-            for w in list(self._writers):
-                try:
-                    w.check_timeouts(now)
-                    if lac_due:
-                        w.send_explicit_lac()
-                except Exception:
-                    log.exception("ledger %d: periodic check failed", w.ledger_id)
-            if lac_due:
-                last_lac = now
-
-    # ------------------------------------------------------------------ ledgers
-
-    def create_ledger(self, ensemble_size: int = 3, write_quorum_size: int = 3, ack_quorum_size: int = 2,
-                      digest_type: DigestType = DigestType.CRC32C, password: bytes = b"",
-                      custom_metadata: Mapping[str, bytes] | None = None) -> WriteHandle:
-        self._check_open()
-        _check_create_args(ensemble_size, write_quorum_size, ack_quorum_size, digest_type, password,
-                           custom_metadata)
-        ensemble = self.placement.new_ensemble(ensemble_size, self.registry.writable())
-        key = master_key(bytes(password))
-        with metadata_errors("create ledger"):
-            lid = self.store.generate_ledger_id()
-            md = LedgerMetadata(
-                ledger_id=lid, state=LedgerState.OPEN, ensemble_size=ensemble_size,
-                write_quorum_size=write_quorum_size, ack_quorum_size=ack_quorum_size, last_entry_id=-1,
-                length=0, ensembles={0: ensemble}, digest_type=digest_type, password_hash=key,
-                ctime=int(time.time() * 1000),
-                custom_metadata={k: bytes(v) for k, v in (custom_metadata or {}).items()})
-            self.store.create_ledger_metadata(md)
-        w = WriteHandle(self, md, Digester(digest_type, bytes(password)), key)
-        self._writers.add(w)
-        if self.metrics is not None:
-            self.metrics.creates.inc()
-        return w
-
-    def open_ledger(self, ledger_id: int, password: bytes = b"", recovery: bool = True) -> ReadHandle:
-        """Open for reading; with recovery=True the ledger is fenced, recovered and closed first."""
-        self._check_open()
-        md = self.ledger_metadata(ledger_id)
-        key = master_key(bytes(password))
-        if key != md.password_hash:
-            raise errors.UnauthorizedAccessError(f"wrong password for ledger {ledger_id}")
-        digester = Digester(md.digest_type, bytes(password))
-        if self.metrics is not None:
-            (self.metrics.recovery_opens if recovery else self.metrics.opens).inc()
-        if recovery and md.state is not LedgerState.CLOSED:
-            md = LedgerRecovery(self, md, digester, key).run()
-        return self._reader(md, digester)
-
-    def open_ledger_admin(self, ledger_id: int) -> ReadHandle:
-        """BookKeeper's administrative open (BookKeeperAdmin's openLedgerNoRecovery): no password,
-        no fencing, for tools that checked their caller's admin role themselves (the HTTP admin
-        API's ledger/read). The metadata keeps the password's hash, never the password, and the
-        bookies serve reads without either, so the digests that take no password (CRC32, CRC32C,
-        DUMMY) are checked as on any read. An HMAC digest is keyed by the password:
-        UnauthorizedAccessError saying so (open_ledger with the password reads it)."""
-        self._check_open()
-        md = self.ledger_metadata(ledger_id)
-        if md.digest_type is DigestType.HMAC:
-            raise errors.UnauthorizedAccessError(
-                f"ledger {ledger_id} has an HMAC digest, keyed by its password, which the metadata does "
-                "not keep: open it with its password")
-        if self.metrics is not None:
-            self.metrics.opens.inc()
-        return self._reader(md, Digester(md.digest_type, b""))
-
-    def _reader(self, md: LedgerMetadata, digester: Digester) -> ReadHandle:
-        handle = ReadHandle(self, md, digester)
-        if md.state is not LedgerState.CLOSED:
-            try:
-                handle.read_last_add_confirmed()
-            except errors.LedgerError as e:
-                log.info("ledger %d opened without a LAC (%s)", md.ledger_id, e)
-        return handle
-
-    def delete_ledger(self, ledger_id: int) -> None:
-        """Remove the ledger's metadata (bookies reclaim its space by GC). Idempotent."""
-        self._check_open()
-        try:
-            with metadata_errors(f"delete ledger {ledger_id}"):
-                self.store.delete_ledger_metadata(ledger_id)
-        except errors.NoSuchLedgerError:
-            return
-        if self.metrics is not None:
-            self.metrics.deletes.inc()
-
-    def confirm_admin(self) -> None:
-        """Have a bookie confirm that this client's token carries the `admin` role, before an
-        operation only admins may run (the shell's deleteledger, recover, decommission, ...).
-        UnauthorizedAccessError when it does not (or the token is missing or invalid);
-        BookieUnavailableError when no bookie answered. An open cluster has no roles: bookies
-        without token checks confirm anyone, and when none answers, a client holding no token
-        goes ahead unless a registered bookie says it checks tokens."""
-        self._check_open()
-        bookies = self.registry.writable_ids() + self.registry.readonly_ids()
-        failures: list[str] = []
-        for b in bookies:
-            try:
-                self.pool.get(b).confirm_role("admin")
-                return
-            except errors.UnauthorizedAccessError:
-                raise
-            except errors.LedgerError as e:
-                failures.append(str(e))
-        cfg = self.config
-        if not (cfg.auth_token or cfg.auth_token_file) and not any(self._checks_tokens(b) for b in bookies):
-            return
-        why = "; ".join(failures[:3]) if failures else "no bookie is registered"
-        raise errors.BookieUnavailableError(f"cannot confirm the admin role: no bookie answered ({why})")
-
-    def _checks_tokens(self, bookie_id: str) -> bool:
-        try:
-            return self.store.bookie_info(bookie_id).get("auth") == "token"
-        except MetadataError:
-            return True   # cannot tell: assume it does
-
-    def list_ledgers(self) -> Iterator[int]:
-        with metadata_errors("list ledgers"):
-            ids = self.store.list_ledgers()
-        return iter(ids)
-
-    def ledger_metadata(self, ledger_id: int) -> LedgerMetadata:
-        return self.ledger_metadata_versioned(ledger_id)[0]
-
-    def ledger_metadata_versioned(self, ledger_id: int) -> tuple[LedgerMetadata, int]:
-        """The ledger's metadata and its znode version (for a CAS that must start from it)."""
-        if not isinstance(ledger_id, int) or ledger_id < 0:
-            raise errors.IncorrectParameterError(f"ledger id must be a non-negative int, not {ledger_id!r}")
-        with metadata_errors(f"read ledger {ledger_id}"):
-            return self.store.read_ledger_metadata(ledger_id)
-
-    # ------------------------------------------------------------------ streams (DESIGN §4.5)
-
     def create_namespace(self, name: str, **settings: object) -> Namespace:
         """A new namespace with its settings (NamespaceSettings' fields); NamespaceExistsError if it exists."""
         self._check_open()
-        return stream_namespace.create_namespace(self, name, **settings)
+        return namespaces.create_namespace(self, name, **settings)
 
     def namespace(self, name: str) -> Namespace:
         """NoSuchNamespaceError if absent."""
         self._check_open()
-        return stream_namespace.get_namespace(self, name)
+        return namespaces.get_namespace(self, name)
 
     def list_namespaces(self) -> list[str]:
-        return stream_namespace.list_namespaces(self)
+        return namespaces.list_namespaces(self)
 
     def delete_namespace(self, name: str, force: bool = False) -> None:
         """NamespaceNotEmptyError while it has streams, unless ``force`` (they are deleted too)."""
         self._check_open()
-        stream_namespace.delete_namespace(self, name, force)
-
-    # ------------------------------------------------------------------ lifecycle
-
-    def _check_open(self) -> None:
-        if self._closed:
-            raise errors.LedgerError("client is closed")
-
-    def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        self._stop.set()
-        self._ticker.join(timeout=5)
-        self._executor.shutdown(wait=True, cancel_futures=False)
-        self.pool.close()
-        self.registry.close()
-        if self._owns_store:
-            self.store.close()
-
-    def __enter__(self) -> LedgerClient:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+        namespaces.delete_namespace(self, name, force)

@@ -16,7 +16,7 @@ import grpc
 
 from metadata import LedgerMetadata, LedgerState
 
-from . import errors
+from . import arrow, errors
 from .entry import LedgerEntry
 from .listed_read import read_striped
 from .machines import QuorumCoverage, write_set
@@ -28,8 +28,8 @@ from .transport.completion import as_completed
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from .client import LedgerClient
     from .config import ClientConfig
+    from .core import LedgerCore
     from .metrics import ClientMetrics
     from .transport import BookieClient
 
@@ -98,7 +98,7 @@ class _FirstValid:
 class ReadHandle:
     """A reader of one ledger (opened with or without recovery). Thread-safe."""
 
-    def __init__(self, client: LedgerClient, md: LedgerMetadata, digester: Digester,
+    def __init__(self, client: LedgerCore, md: LedgerMetadata, digester: Digester,
                  last_add_confirmed: int | None = None) -> None:
         self._client = client
         self.ledger_id = md.ledger_id
@@ -214,16 +214,14 @@ class ReadHandle:
         reads without a Python object per entry (ledger_client.arrow). An empty range
         (last == first - 1, e.g. 0..LAC of an empty ledger) gives an empty batch.
         """
-        from .arrow import read_arrow
-
         if last == first - 1 and isinstance(first, int) and first >= 0:
-            return read_arrow(self, first, last)
+            return arrow.read_arrow(self, first, last)
         self._check_range(first, last)
         if last > self._lac:
             raise errors.IncorrectParameterError(
                 f"entry {last} of ledger {self.ledger_id} is past the last add confirmed ({self._lac}); "
                 "use read_last_add_confirmed() first")
-        return read_arrow(self, first, last)
+        return arrow.read_arrow(self, first, last)
 
     def read_unconfirmed(self, first: int, last: int) -> list[LedgerEntry]:
         """Entries that may not be confirmed yet (BookKeeper's readUnconfirmedEntries)."""

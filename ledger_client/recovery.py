@@ -40,9 +40,10 @@ from .machines import QuorumCoverage, ReadOutcome, RecoveryReadTally, fence_star
 from .protocol import bookkeeper_pb2 as pb
 from .protocol.framing import Digester, FramingError, parse_header
 from .transport.completion import as_completed
+from .write_handle import WriteHandle
 
 if TYPE_CHECKING:
-    from .client import LedgerClient
+    from .core import LedgerCore
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +58,7 @@ class _RecoveryRead:
 
 
 class LedgerRecovery:
-    def __init__(self, client: LedgerClient, md: LedgerMetadata, digester: Digester, master_key: bytes) -> None:
+    def __init__(self, client: LedgerCore, md: LedgerMetadata, digester: Digester, master_key: bytes) -> None:
         self._client = client
         self._lid = md.ledger_id
         self._md = md
@@ -139,10 +140,9 @@ class LedgerRecovery:
         return copy[0]
 
     def _read_and_rewrite(self, start: int) -> LedgerMetadata:
-        from .write_handle import WriteHandle
-
-        writer = WriteHandle(self._client, self._md, self._digester, self._key, recovery=True,
-                             last_add_confirmed=start, length=self._entry_length(start))
+        # write_handle.py still annotates its client as LedgerClient; it uses only the core's members.
+        writer = WriteHandle(self._client, self._md, self._digester, self._key,  # type: ignore[arg-type]
+                             recovery=True, last_add_confirmed=start, length=self._entry_length(start))
         self._client.watch_writer(writer)  # add timeouts apply to recovery's rewrites too
         recovery_md = self._md  # reads go to the ensembles recovery started with (TLA+ model)
         window = self._client.config.recovery_read_window_entries

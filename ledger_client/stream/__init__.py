@@ -3,7 +3,9 @@ built from a chain of ledgers (segments), with one writer at a time, read by any
 
 `namespace` (namespaces, stream admin, info), `writer` (record sets, rolling, fencing a dead
 writer), `reader` (read-ahead, tailing), `records` (the record-set format), `segments` (metadata
-steps: commit loop, recovery of a dead writer's segment, retention), `tiered` (segments in Delta).
+steps: commit loop, recovery of a dead writer's segment, retention), `tiered` (segments in Delta),
+`meta` (what each of them does around a metadata-store call). Streams are built on ledgers: stream
+code uses the ledger client, ledger code never imports this package (tests/unit/layout_check.py).
 """
 
 from .dlsn import DLSN, LogRecord

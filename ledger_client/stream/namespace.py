@@ -3,76 +3,23 @@ points to writers and readers."""
 
 from __future__ import annotations
 
-import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from metadata import (
-    BadVersionError,
-    InvalidMetadataError,
-    MetadataAccessDeniedError,
-    MetadataError,
-    MetadataUnavailableError,
-    NodeExistsError,
-)
-from metadata.streams import (
-    NamespaceGoneError,
-    SegmentEnd,
-    SegmentMeta,
-    StreamGoneError,
-    StreamLockTimeoutError,
-    StreamMeta,
-    StreamView,
-    check_name,
-    decode_settings,
-    encode_settings,
-)
+from metadata.streams import SegmentEnd, SegmentMeta, StreamMeta, StreamView, decode_settings, encode_settings
 
 from .. import errors
 from .dlsn import DLSN
+from .meta import check_names, now_ms, stream_errors
+from .reader import StreamReader
+from .segments import apply_retention, live_end
 from .settings import NamespaceSettings
+from .writer import StreamWriter
 
 STREAM_INFO_TRIES = 3   # reads of a stream whose in-progress segment's ledger vanished meanwhile
 
 if TYPE_CHECKING:
     from ..client import LedgerClient
-    from .reader import StreamReader
-    from .writer import StreamWriter
-
-
-@contextmanager
-def stream_errors(what: str, exists: type[errors.LedgerError] | None = None) -> Iterator[None]:
-    """Metadata failures as the client's typed errors (``exists``: what NodeExistsError means here)."""
-    try:
-        yield
-    except NamespaceGoneError as e:
-        raise errors.NoSuchNamespaceError(f"{what}: {e}") from e
-    except StreamGoneError as e:
-        raise errors.NoSuchStreamError(f"{what}: {e}") from e
-    except StreamLockTimeoutError as e:
-        raise errors.StreamLockedError(f"{what}: {e}") from e
-    except NodeExistsError as e:
-        raise (exists or errors.MetadataServiceError)(f"{what}: {e}") from e
-    except InvalidMetadataError as e:
-        if "name" in str(e):
-            raise errors.InvalidStreamNameError(f"{what}: {e}") from e
-        raise errors.MetadataServiceError(f"{what}: {e}") from e
-    except BadVersionError as e:
-        raise errors.MetadataVersionError(f"{what}: changed concurrently ({e})") from e
-    except MetadataUnavailableError as e:
-        raise errors.MetadataServiceError(f"{what}: ZooKeeper unavailable ({e})") from e
-    except MetadataAccessDeniedError as e:
-        raise errors.UnauthorizedAccessError(f"{what}: {e}") from e
-    except MetadataError as e:
-        raise errors.MetadataServiceError(f"{what}: {e}") from e
-
-
-def check_names(*names: tuple[str, str]) -> None:
-    for name, what in names:
-        with stream_errors(f"{what} name"):
-            check_name(name, what)
 
 
 @dataclass(frozen=True)
@@ -166,7 +113,7 @@ class Namespace:
     def create_stream(self, name: str) -> None:
         check_names((name, "stream"))
         with stream_errors(f"create stream {self.name}/{name}", exists=errors.StreamExistsError):
-            self.client.store.create_stream(self.name, name, StreamMeta(ctime_ms=int(time.time() * 1000)))
+            self.client.store.create_stream(self.name, name, StreamMeta(ctime_ms=now_ms()))
 
     def ensure_stream(self, name: str) -> None:
         """Create the stream unless it exists (opening a writer does this)."""
@@ -198,8 +145,6 @@ class Namespace:
     def stream_info(self, name: str) -> StreamInfo:
         """The stream's segments and positions, the one in progress included up to the LAC the
         bookies know (read without fencing: its writer, alive or dead, is left alone)."""
-        from .segments import live_end
-
         for attempt in range(STREAM_INFO_TRIES):
             view = self.view(name)
             seg = view.in_progress
@@ -222,22 +167,16 @@ class Namespace:
 
     def apply_retention(self, name: str, now_ms: int | None = None) -> int:
         """Delete the sealed segments past the namespace's retention limits; how many went."""
-        from .segments import apply_retention
-
         return apply_retention(self, name, now_ms)
 
     # -- writers and readers ----------------------------------------------------------------
     def open_writer(self, name: str, lock_timeout_ms: int = 30_000) -> StreamWriter:
         """The stream's single writer (created if missing); StreamLockedError while another live
         writer holds it after ``lock_timeout_ms``."""
-        from .writer import StreamWriter
-
         return StreamWriter(self, name, lock_timeout_ms)
 
     def open_reader(self, name: str, start: DLSN | str = DLSN.INITIAL, start_txid: int | None = None) -> StreamReader:
         """A reader from ``start`` (a DLSN, or "latest"), or from the first record with txid >= ``start_txid``."""
-        from .reader import StreamReader
-
         return StreamReader(self, name, start, start_txid)
 
 
@@ -282,9 +221,5 @@ def delete_namespace(client: LedgerClient, name: str, force: bool = False) -> No
         client.store.delete_namespace(name)
 
 
-def now_ms() -> int:
-    return int(time.time() * 1000)
-
-
 __all__ = ["Namespace", "SegmentInfo", "StreamInfo", "create_namespace", "delete_namespace", "get_namespace",
-           "list_namespaces", "now_ms", "stream_errors"]
+           "list_namespaces"]

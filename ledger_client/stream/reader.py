@@ -22,7 +22,7 @@ from metadata.streams import SegmentMeta, SegmentState, StreamView
 
 from .. import errors
 from .dlsn import DLSN, LogRecord
-from .namespace import check_names, stream_errors
+from .meta import check_names, stream_errors
 from .records import RecordSet
 from .tiered import read_tiered_segment
 

@@ -15,7 +15,7 @@ from metadata.streams import Change, SegmentEnd, SegmentMeta, StreamLockInfo, St
 from metadata.streams import transitions as tr
 
 from .. import errors
-from .namespace import now_ms, stream_errors
+from .meta import now_ms, stream_errors
 from .records import RecordSet
 
 if TYPE_CHECKING:

@@ -18,6 +18,8 @@ are usable and testable on their own:
 from __future__ import annotations
 
 import logging
+import os
+import socket
 import time
 from collections import deque
 from collections.abc import Iterable
@@ -28,7 +30,7 @@ from metadata import InvalidMetadataError
 from metadata.streams import Change, StreamView, linking
 
 from .. import errors
-from .namespace import now_ms, stream_errors
+from .meta import now_ms, stream_errors
 from .records import FLAG_SEGMENT_TXIDS, RECORD_OVERHEAD_BYTES, encode
 from .segments import commit, recover_segment
 
@@ -222,7 +224,4 @@ def collect_orphans(client: LedgerClient, ns: Namespace, stream: str, older_than
 
 
 def owner_name(what: str) -> str:
-    import os
-    import socket
-
     return f"spark-sink:{socket.gethostname()}:{os.getpid()}:{what}:{int(time.time() * 1000)}"

@@ -39,7 +39,7 @@ from metadata.streams import transitions as tr
 from .. import errors
 from ..futures import AppendFuture
 from .dlsn import DLSN
-from .namespace import check_names, now_ms, stream_errors
+from .meta import check_names, now_ms, stream_errors
 from .records import FLAG_CONTROL, RECORD_OVERHEAD_BYTES, encode
 from .segments import apply_retention, commit, recover_segment
 

@@ -13,7 +13,7 @@ from client_helpers import client
 from stream_helpers import WriterProcess, payload
 
 from ledger_client import DLSN, errors
-from ledger_client.stream.namespace import now_ms
+from ledger_client.stream.meta import now_ms
 from ledger_client.stream.records import FLAG_CONTROL, encode
 from ledger_client.stream.segments import commit
 from metadata import LedgerState

@@ -5,7 +5,9 @@ imports under `if TYPE_CHECKING:` are left out (they never run, so they make no 
 rules: an import from one role into another must be allowed by ALLOWED (so jobs/ imports nothing
 of the command line, the benches or the local tools: jobs run where those are not installed); no
 circle of imports may join modules of different roles; in the packages of ACYCLIC, no circle at
-all, even within one role. kazoo is imported only under metadata/zk/.
+all, even within one role. kazoo is imported only under metadata/zk/. Ledger code does not know
+streams exist: nothing in ledger_client/ imports ledger_client.stream but stream/ itself and the
+public clients above both (ABOVE_STREAMS).
 """
 
 from __future__ import annotations
@@ -56,9 +58,14 @@ ALLOWED: dict[str, set[str]] = {
 }
 
 # Packages whose modules import each other in no circle at all. The set grows to every package
-# as the circles left in the others are removed (metadata, ledger_client, spark_bookie still have
-# some within one role).
-ACYCLIC: frozenset[str] = frozenset({"jobs", "pyspark_ledger"})
+# as the circles left in the others are removed (metadata and spark_bookie still have some within
+# one role).
+ACYCLIC: frozenset[str] = frozenset({"jobs", "pyspark_ledger", "ledger_client"})
+
+# Streams are built on ledgers, never the other way round: only stream/ and the public surface above
+# both import ledger_client.stream (the package, LedgerClient's and AsyncLedgerClient's modules).
+STREAMS = "ledger_client.stream"
+ABOVE_STREAMS: frozenset[str] = frozenset({"ledger_client", "ledger_client.client", "ledger_client.async_client"})
 
 
 def role_of(module: str) -> str | None:
@@ -189,6 +196,16 @@ def _chain(graph: dict[str, list[str]], comp: list[str]) -> str:
         seen.add(nxt)
 
 
+def _in(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
+def _knows_streams(mod: str, target: str) -> bool:
+    """A ledger module (in ledger_client/, outside stream/ and the clients above both) importing stream code."""
+    return (_in(mod, "ledger_client") and not _in(mod, STREAMS) and mod not in ABOVE_STREAMS
+            and _in(target, STREAMS))
+
+
 def check_layout(root: Path, acyclic: frozenset[str] = ACYCLIC) -> list[str]:
     """Every violation, one line each (empty when the tree keeps the rules); ``acyclic``: the
     top-level packages where even a circle within one role is one."""
@@ -198,6 +215,10 @@ def check_layout(root: Path, acyclic: frozenset[str] = ACYCLIC) -> list[str]:
         src = role_of(mod)
         for target, line in edges:
             where = f"{files[mod].relative_to(root)}:{line}"
+            if _knows_streams(mod, target):
+                problems.append(f"{where}: {mod} imports {target}: ledger code does not know streams "
+                                "(only stream/ and the public clients above both may)")
+                continue
             if target.startswith("kazoo"):
                 if not mod.startswith("metadata.zk"):
                     problems.append(f"{where}: {mod} imports kazoo (only metadata/zk/ may)")

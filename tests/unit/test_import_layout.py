@@ -112,3 +112,35 @@ def test_planted_import_of_the_tools_from_jobs_fails(tmp_path):
                                 ("compact.py:5", "spark_bookie.cli.main", "cli")):
         assert any(where in p and f"jobs.compact (jobs) imports {target} ({role}), which jobs may not" in p
                    for p in problems), (target, problems)
+
+
+STREAMS = {"ledger_client/stream/__init__.py": "", "ledger_client/stream/reader.py": "from ..read_handle import R\n",
+           "ledger_client/read_handle.py": "R = 1\n",
+           "ledger_client/client.py": "from .protocol.framing import X\nfrom .stream.reader import S\n"}
+
+
+def test_streams_import_ledgers_and_the_client_imports_both(tmp_path):
+    assert check_layout(_tree(tmp_path, {**BASE, **STREAMS})) == []
+
+
+def test_planted_import_of_streams_from_ledger_code_fails_even_inside_a_function(tmp_path):
+    ledger = "R = 1\n\ndef tail():\n    from ledger_client.stream import reader\n"
+    problems = check_layout(_tree(tmp_path, {**BASE, **STREAMS, "ledger_client/read_handle.py": ledger,
+                                             "ledger_client/metrics.py": "from .stream.reader import S\n"}))
+    assert problems == [
+        "ledger_client/metrics.py:1: ledger_client.metrics imports ledger_client.stream.reader: ledger code does "
+        "not know streams (only stream/ and the public clients above both may)",
+        "ledger_client/read_handle.py:4: ledger_client.read_handle imports ledger_client.stream.reader: ledger code "
+        "does not know streams (only stream/ and the public clients above both may)",
+        # stream/reader.py imports read_handle: the import back also closes a circle
+        "import circle in ledger_client: ledger_client.read_handle -> ledger_client.stream.reader "
+        "-> ledger_client.read_handle"], problems
+
+
+def test_planted_circle_within_ledger_client_fails(tmp_path):
+    tree = _tree(tmp_path, {**BASE, **STREAMS,
+                            "ledger_client/stream/reader.py": "from ..read_handle import R\nfrom .writer import W\n",
+                            "ledger_client/stream/writer.py": "def f():\n    from .reader import S\n"})
+    assert check_layout(tree) == [
+        "import circle in ledger_client: ledger_client.stream.reader -> ledger_client.stream.writer "
+        "-> ledger_client.stream.reader"]
