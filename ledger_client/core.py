@@ -14,25 +14,15 @@ import time
 import weakref
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from typing import TYPE_CHECKING, Self
 
-from metadata import (
-    BadVersionError,
-    LedgerMetadata,
-    LedgerState,
-    MetadataAccessDeniedError,
-    MetadataError,
-    MetadataStore,
-    MetadataUnavailableError,
-    NoNodeError,
-    update_ledger,
-)
+from metadata import LedgerMetadata, LedgerState, MetadataError, MetadataStore, update_ledger
 from metadata import connect as connect_metadata
 
 from . import errors
 from .bookies import BookiePool, BookieRegistry
 from .config import ClientConfig
+from .metadata_errors import metadata_errors
 from .placement import EnsemblePlacement
 from .protocol.framing import Digester, DigestType, master_key
 from .read_handle import ReadHandle
@@ -45,26 +35,6 @@ if TYPE_CHECKING:
     from .metrics import ClientMetrics
 
 log = logging.getLogger(__name__)
-
-
-@contextmanager
-def metadata_errors(what: str, ledger_op: bool = True) -> Iterator[None]:
-    """Metadata-store failures as the client's typed errors (a missing znode is a missing ledger
-    only for ledger operations; elsewhere it means the cluster layout is missing)."""
-    try:
-        yield
-    except NoNodeError as e:
-        if not ledger_op:
-            raise errors.MetadataServiceError(f"{what}: {e} (run `spark-bookie init` first?)") from e
-        raise errors.NoSuchLedgerError(f"{what}: no such ledger ({e})") from e
-    except BadVersionError as e:
-        raise errors.MetadataVersionError(f"{what}: metadata changed concurrently ({e})") from e
-    except MetadataUnavailableError as e:
-        raise errors.MetadataServiceError(f"{what}: ZooKeeper unavailable ({e})") from e
-    except MetadataAccessDeniedError as e:
-        raise errors.UnauthorizedAccessError(f"{what}: {e}") from e
-    except MetadataError as e:
-        raise errors.MetadataServiceError(f"{what}: {e}") from e
 
 
 def _check_create_args(ensemble_size: int, write_quorum_size: int, ack_quorum_size: int,
@@ -98,12 +68,12 @@ class LedgerCore:
         self.metrics = metrics
         self._owns_store = metadata_store is None
         if metadata_store is None:
-            with metadata_errors(f"connect to {zk}", ledger_op=False):
+            with metadata_errors(f"connect to {zk}"):
                 metadata_store = connect_metadata(zk, session_timeout_ms=self.config.zk_session_timeout_ms,
                                                   connect_timeout_ms=self.config.zk_connect_timeout_ms,
                                                   zk_auth=self.config.zk_auth)
         self.store: MetadataStore = metadata_store
-        with metadata_errors("watch bookies", ledger_op=False):
+        with metadata_errors("watch bookies"):
             self.registry = BookieRegistry(self.store)
         cfg = self.config
         self.pool = BookiePool(cfg.read_timeout_ms, StreamLimits(
@@ -131,13 +101,13 @@ class LedgerCore:
 
     def update_metadata_versioned(self, ledger_id: int,
                                   fn: Callable[[LedgerMetadata], LedgerMetadata]) -> tuple[LedgerMetadata, int]:
-        with metadata_errors(f"update ledger {ledger_id}"):
+        with metadata_errors(f"update ledger {ledger_id}", missing_ledger=True):
             return update_ledger(self.store, ledger_id, fn, retries_max=self.config.metadata_retries_max)
 
     def replace_metadata(self, md: LedgerMetadata, version: int) -> int:
         """One CAS at exactly `version`, no retry: for changes only valid on that version (a
         recovery's close). BadVersionError surfaces as MetadataVersionError."""
-        with metadata_errors(f"write ledger {md.ledger_id}"):
+        with metadata_errors(f"write ledger {md.ledger_id}", missing_ledger=True):
             return self.store.write_ledger_metadata(md, version)
 
     def watch_writer(self, w: WriteHandle) -> None:
@@ -232,7 +202,7 @@ class LedgerCore:
         """Remove the ledger's metadata (bookies reclaim its space by GC). Idempotent."""
         self._check_open()
         try:
-            with metadata_errors(f"delete ledger {ledger_id}"):
+            with metadata_errors(f"delete ledger {ledger_id}", missing_ledger=True):
                 self.store.delete_ledger_metadata(ledger_id)
         except errors.NoSuchLedgerError:
             return
@@ -281,7 +251,7 @@ class LedgerCore:
         """The ledger's metadata and its znode version (for a CAS that must start from it)."""
         if not isinstance(ledger_id, int) or ledger_id < 0:
             raise errors.IncorrectParameterError(f"ledger id must be a non-negative int, not {ledger_id!r}")
-        with metadata_errors(f"read ledger {ledger_id}"):
+        with metadata_errors(f"read ledger {ledger_id}", missing_ledger=True):
             return self.store.read_ledger_metadata(ledger_id)
 
     # ------------------------------------------------------------------ lifecycle

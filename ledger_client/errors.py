@@ -78,6 +78,13 @@ class TooManyRequestsError(LedgerError):
     code = -105
 
 
+class InvalidNameError(IncorrectParameterError):
+    """A namespace, stream or subscription name is not ``[A-Za-z0-9._-]+`` (or is ``.``, ``..``,
+    or over 255 characters). Raised by the client's own check before any metadata call, so
+    callers tell a bad name from a metadata failure by type. An IncorrectParameterError, as bad
+    names always were."""
+
+
 class BadRequestError(LedgerError):
     """The bookie rejected the request as malformed (EBADREQ): a bug or oversized input, not a fault."""
 
@@ -94,7 +101,7 @@ class StreamError(LedgerError):
     code = -200
 
 
-class InvalidStreamNameError(StreamError, IncorrectParameterError):
+class InvalidStreamNameError(StreamError, InvalidNameError):
     """A namespace or stream name is not [A-Za-z0-9._-]+ (DistributedLog's InvalidStreamNameException)."""
 
     code = -201

@@ -1,5 +1,6 @@
-"""What stream code does around every call to the metadata store: names checked before it,
-failures translated after it into the client's errors, times in its unit (ms since the epoch).
+"""What stream code does around every call to the metadata store: names checked before it (a
+bad name is InvalidNameError, never a metadata failure), times in its unit (ms since the epoch).
+Failures of the call itself are translated by ledger_client.metadata_errors, as for ledgers.
 
 Its own module, below namespace.py and the reader, writer and segment steps that namespace.py
 opens, so that none of them imports another's module to get these.
@@ -8,53 +9,26 @@ opens, so that none of them imports another's module to get these.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 
-from metadata import (
-    BadVersionError,
-    InvalidMetadataError,
-    MetadataAccessDeniedError,
-    MetadataError,
-    MetadataUnavailableError,
-    NodeExistsError,
-)
-from metadata.streams import NamespaceGoneError, StreamGoneError, StreamLockTimeoutError, check_name
+from metadata import InvalidMetadataError
+from metadata.streams import check_name
 
 from .. import errors
 
-
-@contextmanager
-def stream_errors(what: str, exists: type[errors.LedgerError] | None = None) -> Iterator[None]:
-    """Metadata failures as the client's typed errors (``exists``: what NodeExistsError means here)."""
-    try:
-        yield
-    except NamespaceGoneError as e:
-        raise errors.NoSuchNamespaceError(f"{what}: {e}") from e
-    except StreamGoneError as e:
-        raise errors.NoSuchStreamError(f"{what}: {e}") from e
-    except StreamLockTimeoutError as e:
-        raise errors.StreamLockedError(f"{what}: {e}") from e
-    except NodeExistsError as e:
-        raise (exists or errors.MetadataServiceError)(f"{what}: {e}") from e
-    except InvalidMetadataError as e:
-        if "name" in str(e):
-            raise errors.InvalidStreamNameError(f"{what}: {e}") from e
-        raise errors.MetadataServiceError(f"{what}: {e}") from e
-    except BadVersionError as e:
-        raise errors.MetadataVersionError(f"{what}: changed concurrently ({e})") from e
-    except MetadataUnavailableError as e:
-        raise errors.MetadataServiceError(f"{what}: ZooKeeper unavailable ({e})") from e
-    except MetadataAccessDeniedError as e:
-        raise errors.UnauthorizedAccessError(f"{what}: {e}") from e
-    except MetadataError as e:
-        raise errors.MetadataServiceError(f"{what}: {e}") from e
+# The error a bad name of each kind is; DistributedLog's name for namespaces and streams.
+_NAME_ERRORS: dict[str, type[errors.InvalidNameError]] = {
+    "namespace": errors.InvalidStreamNameError, "stream": errors.InvalidStreamNameError}
 
 
 def check_names(*names: tuple[str, str]) -> None:
+    """Each (name, what) is a valid namespace, stream or subscription name, or InvalidNameError
+    (InvalidStreamNameError for namespaces and streams) says why. The store's own check runs here,
+    so what it refuses is known to be the name, without reading its message."""
     for name, what in names:
-        with stream_errors(f"{what} name"):
+        try:
             check_name(name, what)
+        except InvalidMetadataError as e:
+            raise _NAME_ERRORS.get(what, errors.InvalidNameError)(f"{what} name: {e}") from e
 
 
 def now_ms() -> int:

@@ -9,8 +9,9 @@ from typing import TYPE_CHECKING
 from metadata.streams import SegmentEnd, SegmentMeta, StreamMeta, StreamView, decode_settings, encode_settings
 
 from .. import errors
+from ..metadata_errors import metadata_errors
 from .dlsn import DLSN
-from .meta import check_names, now_ms, stream_errors
+from .meta import check_names, now_ms
 from .reader import StreamReader
 from .segments import apply_retention, live_end
 from .settings import NamespaceSettings
@@ -103,7 +104,7 @@ class Namespace:
     def update_settings(self, **changes: object) -> NamespaceSettings:
         """Change settings (validated; CAS on what was read): they apply to new segments."""
         new = self._settings.updated(**changes)
-        with stream_errors(f"update namespace {self.name}"):
+        with metadata_errors(f"update namespace {self.name}"):
             self._version = self.client.store.write_namespace(self.name, encode_settings(new.to_json()),
                                                               self._version)
         self._settings = new
@@ -112,7 +113,7 @@ class Namespace:
     # -- streams ----------------------------------------------------------------------------
     def create_stream(self, name: str) -> None:
         check_names((name, "stream"))
-        with stream_errors(f"create stream {self.name}/{name}", exists=errors.StreamExistsError):
+        with metadata_errors(f"create stream {self.name}/{name}", exists=errors.StreamExistsError):
             self.client.store.create_stream(self.name, name, StreamMeta(ctime_ms=now_ms()))
 
     def ensure_stream(self, name: str) -> None:
@@ -123,7 +124,7 @@ class Namespace:
             pass
 
     def list_streams(self, prefix: str = "") -> list[str]:
-        with stream_errors(f"list streams of {self.name}"):
+        with metadata_errors(f"list streams of {self.name}"):
             return [s for s in self.client.store.list_streams(self.name) if s.startswith(prefix)]
 
     def stream_exists(self, name: str) -> bool:
@@ -132,7 +133,7 @@ class Namespace:
     def view_if_any(self, name: str) -> StreamView | None:
         """The stream's metadata as read now, or None if it does not exist."""
         check_names((name, "stream"))
-        with stream_errors(f"read stream {self.name}/{name}"):
+        with metadata_errors(f"read stream {self.name}/{name}"):
             return self.client.store.read_stream(self.name, name)
 
     def view(self, name: str) -> StreamView:
@@ -159,7 +160,7 @@ class Namespace:
     def delete_stream(self, name: str) -> None:
         """The stream, its metadata and its segments' ledgers."""
         view = self.view(name)
-        with stream_errors(f"delete stream {self.name}/{name}"):
+        with metadata_errors(f"delete stream {self.name}/{name}"):
             self.client.store.delete_stream(self.name, name)
         for seg in view.ordered():
             if seg.ledger_id is not None:
@@ -185,14 +186,14 @@ class Namespace:
 def create_namespace(client: LedgerClient, name: str, **settings: object) -> Namespace:
     check_names((name, "namespace"))
     s = NamespaceSettings.build(**settings)
-    with stream_errors(f"create namespace {name}", exists=errors.NamespaceExistsError):
+    with metadata_errors(f"create namespace {name}", exists=errors.NamespaceExistsError):
         client.store.create_namespace(name, encode_settings(s.to_json()))
     return Namespace(client, name, s, 0)
 
 
 def get_namespace(client: LedgerClient, name: str) -> Namespace:
     check_names((name, "namespace"))
-    with stream_errors(f"read namespace {name}"):
+    with metadata_errors(f"read namespace {name}"):
         got = client.store.read_namespace(name)
         if got is None:
             raise errors.NoSuchNamespaceError(f"namespace {name!r} does not exist")
@@ -201,7 +202,7 @@ def get_namespace(client: LedgerClient, name: str) -> Namespace:
 
 
 def list_namespaces(client: LedgerClient) -> list[str]:
-    with stream_errors("list namespaces"):
+    with metadata_errors("list namespaces"):
         return client.store.list_namespaces()
 
 
@@ -217,7 +218,7 @@ def delete_namespace(client: LedgerClient, name: str, force: bool = False) -> No
             ns.delete_stream(s)
         except errors.NoSuchStreamError:
             pass
-    with stream_errors(f"delete namespace {name}"):
+    with metadata_errors(f"delete namespace {name}"):
         client.store.delete_namespace(name)
 
 

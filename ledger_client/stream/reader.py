@@ -21,8 +21,9 @@ from typing import TYPE_CHECKING
 from metadata.streams import SegmentMeta, SegmentState, StreamView
 
 from .. import errors
+from ..metadata_errors import metadata_errors
 from .dlsn import DLSN, LogRecord
-from .meta import check_names, stream_errors
+from .meta import check_names
 from .records import RecordSet
 from .tiered import read_tiered_segment
 
@@ -187,7 +188,7 @@ class StreamReader:
 
     def _fresh_view(self, view: StreamView | None) -> StreamView:
         """The stream as it is now: one read of its node, and of every segment only when that moved."""
-        with stream_errors(f"read stream {self.ns.name}/{self.name}"):
+        with metadata_errors(f"read stream {self.ns.name}/{self.name}"):
             head = self.ns.client.store.read_stream_meta(self.ns.name, self.name)
         if head is None:
             raise errors.NoSuchStreamError(f"stream {self.ns.name}/{self.name} was deleted")

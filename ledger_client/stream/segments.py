@@ -15,7 +15,8 @@ from metadata.streams import Change, SegmentEnd, SegmentMeta, StreamLockInfo, St
 from metadata.streams import transitions as tr
 
 from .. import errors
-from .meta import now_ms, stream_errors
+from ..metadata_errors import metadata_errors
+from .meta import now_ms
 from .records import RecordSet
 
 if TYPE_CHECKING:
@@ -37,7 +38,7 @@ def commit(ns: Namespace, name: str, decide: Callable[[StreamView], Change | Non
         if change is None:
             return view, None
         try:
-            with stream_errors(f"change stream {ns.name}/{name}"):
+            with metadata_errors(f"change stream {ns.name}/{name}"):
                 try:
                     ns.client.store.commit_stream(ns.name, name, view.version, change, lock)
                 except NoNodeError as e:

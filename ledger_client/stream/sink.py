@@ -30,7 +30,8 @@ from metadata import InvalidMetadataError
 from metadata.streams import Change, StreamView, linking
 
 from .. import errors
-from .meta import now_ms, stream_errors
+from ..metadata_errors import metadata_errors
+from .meta import now_ms
 from .records import FLAG_SEGMENT_TXIDS, RECORD_OVERHEAD_BYTES, encode
 from .segments import commit, recover_segment
 
@@ -157,7 +158,7 @@ def link_task_ledgers(ns: Namespace, stream: str, batch: linking.SparkBatch, tas
     before (then the caller deletes these ledgers if they are not segments)."""
     ns.ensure_stream(stream)
     store = ns.client.store
-    with stream_errors(f"lock stream {ns.name}/{stream} for Spark batch {batch.key}#{batch.batch_id}"):
+    with metadata_errors(f"lock stream {ns.name}/{stream} for Spark batch {batch.key}#{batch.batch_id}"):
         lock = store.lock_stream(ns.name, stream, owner, lock_timeout_ms / 1000)
     try:
         view = ns.view(stream)
@@ -179,7 +180,7 @@ def link_task_ledgers(ns: Namespace, stream: str, batch: linking.SparkBatch, tas
         _view, change = commit(ns, stream, decide, lock)
         return change is not None
     finally:
-        with stream_errors(f"unlock {ns.name}/{stream}"):
+        with metadata_errors(f"unlock {ns.name}/{stream}"):
             store.unlock_stream(lock)
 
 

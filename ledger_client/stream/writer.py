@@ -38,8 +38,9 @@ from metadata.streams import transitions as tr
 
 from .. import errors
 from ..futures import AppendFuture
+from ..metadata_errors import metadata_errors
 from .dlsn import DLSN
-from .meta import check_names, now_ms, stream_errors
+from .meta import check_names, now_ms
 from .records import FLAG_CONTROL, RECORD_OVERHEAD_BYTES, encode
 from .segments import apply_retention, commit, recover_segment
 
@@ -100,7 +101,7 @@ class StreamWriter:
         ns.ensure_stream(name)
         self._settings_cached()
         owner = f"{socket.gethostname()}:{os.getpid()}:{id(self):x}"
-        with stream_errors(f"lock stream {ns.name}/{name}"):
+        with metadata_errors(f"lock stream {ns.name}/{name}"):
             self._lock: StreamLockInfo = self._client.store.lock_stream(ns.name, name, owner, lock_timeout_ms / 1000)
         try:
             self._last_txid = self._recover()
@@ -195,7 +196,7 @@ class StreamWriter:
         """The writer that holds the stream now, from its lock node ("another writer" if none does
         or ZooKeeper cannot say)."""
         try:
-            with stream_errors(f"read the lock of {self.ns.name}/{self.name}"):
+            with metadata_errors(f"read the lock of {self.ns.name}/{self.name}"):
                 holder = self._client.store.stream_lock_holder(self.ns.name, self.name)
         except errors.LedgerError as e:
             log.info("%r: who took the stream over is unknown: %s", self, e)
@@ -509,7 +510,7 @@ class StreamWriter:
 
     def _release_lock(self) -> None:
         try:
-            with stream_errors(f"unlock {self.ns.name}/{self.name}"):
+            with metadata_errors(f"unlock {self.ns.name}/{self.name}"):
                 self._client.store.unlock_stream(self._lock)
         except errors.LedgerError as e:
             log.warning("%r: releasing the lock failed (it goes with the session): %s", self, e)
