@@ -26,7 +26,7 @@ class SandboxRun:
         self.err = cwd / f"{name}.err"
         self.proc: subprocess.Popen[bytes] | None = None
 
-    def start(self, timeout_s: float = 180.0) -> SandboxRun:
+    def start(self, timeout_s: float = 300.0) -> SandboxRun:
         env = {k: v for k, v in os.environ.items() if k not in ("SPARK_BOOKIE_ZK", "SPARK_BOOKIE_CLIENT_CONF")}
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
         env.setdefault("SPARK_LOCAL_IP", "127.0.0.1")

@@ -1,8 +1,8 @@
 """A second `spark-bookie sandbox` in the same directory (issue 27, item 7), as a new user tries it:
 start, Ctrl-C, the same command again. It starts fresh (saying it deleted the previous data), a
 client writes, and no traceback; `--resume` brings the previous sandbox back on its ports with its
-data; every refusal is one line and exit 2. The same for --secure and --hosts (Spark:
-tests/spark/test_spark_sandbox_restart.py)."""
+data; every refusal is one line and exit 2. The same for --secure, --hosts and --spark (one test,
+marked spark: three starts of a one-executor local-cluster)."""
 
 from __future__ import annotations
 
@@ -89,6 +89,13 @@ def test_a_second_hosts_sandbox_starts_fresh_and_resumes(tmp_path, args):
     second `--hosts N` came up on its old data only when it got the same network slot, as bookies
     there always use port 3181; on loopback hosts, another slot, or with --secure it crashed.)"""
     _restart_then_resume(tmp_path, args, ensemble=int(args[1]))
+
+
+@pytest.mark.spark
+@pytest.mark.timeout(900)
+def test_a_second_spark_sandbox_starts_fresh_and_resumes(tmp_path):
+    """--spark: the bookie in a Spark executor (local-cluster[1,1,1024]); the same behaviour."""
+    _restart_then_resume(tmp_path, ("--spark", "--bookies", "1"), ensemble=1)
 
 
 def test_refusals_are_one_line(tmp_path):
