@@ -71,10 +71,23 @@ def test_planted_circle_across_roles_fails_and_shows_the_chain(tmp_path):
 
 def test_circle_within_one_role_is_allowed_outside_acyclic_and_type_checking_imports_do_not_count(tmp_path):
     tree = _tree(tmp_path, {**BASE,
-                            "metadata/a.py": "from metadata.b import B\nA = 1\n",
-                            "metadata/b.py": "from metadata.a import A\nB = 1\n",
+                            "spark_bookie/server/a.py": "from spark_bookie.server.b import B\nA = 1\n",
+                            "spark_bookie/server/b.py": "from spark_bookie.server.a import A\nB = 1\n",
                             "ledger_client/protocol/framing.py": "from typing import TYPE_CHECKING\n"
                                 "if TYPE_CHECKING:\n    from ledger_client.client import Z\n"})
+    assert check_layout(tree) == []
+
+
+def test_planted_circle_within_metadata_fails(tmp_path):
+    tree = _tree(tmp_path, {**BASE, "metadata/a.py": "from metadata.b import B\nA = 1\n",
+                            "metadata/b.py": "from metadata.a import A\nB = 1\n"})
+    assert check_layout(tree) == ["import circle in metadata: metadata.a -> metadata.b -> metadata.a"]
+
+
+def test_a_generated_protobuf_module_is_an_import_of_its_own_not_of_its_package(tmp_path):
+    tree = _tree(tmp_path, {**BASE, "metadata/__init__.py": "from metadata.model import M\n",
+                            "metadata/model.py": "from metadata import thing_pb2\nM = 1\n",
+                            "metadata/thing_pb2.py": ""})
     assert check_layout(tree) == []
 
 
