@@ -24,7 +24,8 @@ R = TypeVar("R")   # what ``take`` makes of a batch of them, for ``deliver``
 
 
 class InOrderCompleter(Generic[T, R]):
-    """Completions queued under ``lock`` (``add``), delivered in that order outside it (``run``).
+    """Completions queued under ``lock`` (``add``), delivered in that order outside it (``run``, or
+    ``claim`` under the lock and ``deliver`` after it).
 
     ``idle`` (a condition on ``lock``) is notified whenever a delivering thread has emptied the
     queue, for owners that wait until every completion was delivered."""
@@ -48,15 +49,22 @@ class InOrderCompleter(Generic[T, R]):
         """Under the lock: completions are queued or being delivered."""
         return self._running or bool(self._queue)
 
-    def run(self) -> None:
-        """Not under the lock: deliver what is queued, unless another thread is delivering (it
-        delivers these too, before it stops)."""
-        with self._lock:
-            if self._running or not self._queue:
-                return
-            self._running = True
+    def claim(self) -> R | None:
+        """Under the lock: take what is queued for this thread to deliver, after letting go of the
+        lock, with ``deliver``; None when nothing is queued or another thread is delivering (it
+        delivers this too). Saves ``run`` taking the lock again, for owners that hold it anyway."""
+        if self._running or not self._queue:
+            return None
+        self._running = True
+        batch = list(self._queue)
+        self._queue.clear()
+        return self._take(batch)
+
+    def deliver(self, taken: R) -> None:
+        """Not under the lock: deliver what ``claim`` took, then whatever was queued meanwhile."""
         try:
             while True:
+                self._deliver(taken)
                 with self._lock:
                     if not self._queue:
                         self._running = False
@@ -65,9 +73,16 @@ class InOrderCompleter(Generic[T, R]):
                     batch = list(self._queue)
                     self._queue.clear()
                     taken = self._take(batch)
-                self._deliver(taken)
         except BaseException:
             with self._lock:   # a failing delivery must not leave the queue without a deliverer
                 self._running = False
                 self.idle.notify_all()
             raise
+
+    def run(self) -> None:
+        """Not under the lock: deliver what is queued, unless another thread is delivering (it
+        delivers these too, before it stops)."""
+        with self._lock:
+            taken = self.claim()
+        if taken is not None:
+            self.deliver(taken)

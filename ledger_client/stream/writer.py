@@ -1,18 +1,28 @@
 """The single writer of a stream (DistributedLog's BKAsyncLogWriter, DESIGN §4.5).
 
-Records are buffered and packed into record sets, one ledger entry each: an entry is sent at once
-when nothing is in flight (one record alone is fast), while entries are in flight records gather
-until the buffer reaches ``output_buffer_bytes`` or the in-flight entry completes (many records
-are cheap). Entries complete in order, so record futures do too; a failed entry fails the writer
-and every record after it.
+What is sent when is decided by machines/stream_write.py (StreamWriteState): records packed into
+record sets, one ledger entry each, an entry sent at once when nothing is in flight and full ones
+while entries are in flight; segments started and rolled; a control record (an entry without
+records, whose piggybacked LAC lets a tailing reader see the last records of an idle writer at
+once) after the last entry completes; txids; records completing in write order, and a failed entry
+failing the writer and every record after it. This module does the I/O around it: appends to the
+segment's ledger, segment transitions through the metadata, the stream's lock, record futures.
 
 Segment transitions (start, roll, seal) change the metadata, so they run on the client's worker
 threads, never on a caller's or on the thread reading bookie answers; records written meanwhile
-wait in the buffer. A roll waits for the old segment's entries, closes its ledger, then seals it
-and starts the next in one multi-op; the next ledger is created before, so the writes wait about
-two metadata round trips. After the last entry completes and nothing is buffered, the writer
-writes a control record (an entry without records), whose piggybacked LAC lets a tailing reader
-see the last records of an idle writer at once.
+wait in the buffer. A roll starts once the old segment's entries are all acknowledged, closes its
+ledger, then seals it and starts the next in one multi-op; the next ledger is created before, so
+the writes wait about two metadata round trips.
+
+Threads and the lock. One lock (``_mutex``) guards the machine, the segment's ledger handle and
+the writer's state; ``_changed``, a condition on it, wakes flush and close whenever an entry
+completes, a transition ends or the writer fails. Entries are appended under the lock, so they
+reach the ledger in the machine's order; their completion callbacks are attached after the lock is
+let go, so a callback that runs at once (its entry already acknowledged) takes the lock like any
+other and never finds its own thread holding it. Record futures are settled outside the lock, in
+order, one thread at a time (completer.py): user callbacks never run under the lock. Nothing
+waits by polling: flush and close wait on ``_changed``, and a transition is started only once
+nothing is in flight, so it never waits for entries.
 
 Opening a writer takes the stream's ZooKeeper lock and recovers a dead writer's segment with
 fencing first (invariant 9); every metadata change it makes checks that it still holds the lock.
@@ -25,19 +35,18 @@ import os
 import socket
 import threading
 import time
-from collections import deque
-from collections.abc import Iterator
 from concurrent.futures import Future
-from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from metadata.streams import SegmentEnd, StreamLockInfo
 from metadata.streams import transitions as tr
 
 from .. import errors
+from ..completer import InOrderCompleter
 from ..futures import AppendFuture
+from ..machines.stream_write import Actions, Done, Entry, Failed, Limits, Segment, StreamWriteState
 from ..metadata_errors import metadata_errors
 from .dlsn import DLSN
 from .meta import check_names, now_ms
@@ -47,32 +56,33 @@ from .segments import apply_retention, commit, recover_segment
 if TYPE_CHECKING:
     from ..write_handle import WriteHandle
     from .namespace import Namespace
+    from .settings import NamespaceSettings
 
 log = logging.getLogger(__name__)
 
-_Pending = tuple[int, bytes, "Future[DLSN]"]   # (txid, payload, future)
-# (records done with their DLSNs, records failed, their error)
-_Ready = tuple[list[tuple["Future[DLSN]", DLSN]], list["Future[DLSN]"], "errors.LedgerError"]
+_Record = Future[DLSN]
+_Settle = Done[_Record] | Failed[_Record]
+_NEW_DLSN = partial(tuple.__new__, DLSN)   # DLSN(...) without NamedTuple's Python-level __new__
 
 
-@dataclass
-class _Segment:
-    sequence: int
-    handle: WriteHandle
-    started: float                    # monotonic
-    records: int = 0                  # records sent to it so far (a record set's "records before")
-    payload_bytes: int = 0
-    last_txid: int = -1
-    last_slot: int = -1
-    last_data_entry: int = -1         # the last entry holding records (a control entry may follow it)
+class _Act(NamedTuple):
+    """What a step left to do once the lock is let go."""
+
+    posted: list[tuple[Entry[_Record], Future[int]]]   # entries appended: their callbacks to attach
+    claimed: list[_Settle] | None                       # records to settle, by this thread (the completer's)
 
 
-@dataclass
-class _Entry:
-    segment: _Segment
-    futures: list[Future[DLSN]] = field(default_factory=list)
-    outcome: Future[int] | None = None   # set by the append's callback
-    control: bool = False                # a control record set: no records, it carries the LAC
+_NOTHING = _Act([], None)
+
+
+def _same(batch: list[_Settle]) -> list[_Settle]:
+    """The completer's ``take``: the writer has no bookkeeping to do when records are settled."""
+    return batch
+
+
+def _limits(s: NamespaceSettings) -> Limits:
+    interval = s.segment_rolling_interval_ms
+    return Limits(s.output_buffer_bytes, s.segment_rolling_bytes, None if interval is None else interval / 1000)
 
 
 class StreamWriter:
@@ -85,41 +95,31 @@ class StreamWriter:
         self.ns, self.name = ns, name
         self._client = ns.client
         self._mutex = threading.Lock()
-        self._cond = threading.Condition(self._mutex)
-        self._buffer: deque[_Pending] = deque()
-        self._buffer_bytes = 0
-        self._in_flight: deque[_Entry] = deque()
-        self._seg: _Segment | None = None
-        self._busy = False                 # a segment transition is running
-        self._ready: deque[_Ready] = deque()  # completions to resolve, in order (see _drain_ready)
-        self._draining = False
-        self._missed = False               # a completion came while the mutex was held
-        self._error: errors.LedgerError | None = None
-        self._taken_by: str | None = None  # who took the stream over, once a write after it asked
+        self._changed = threading.Condition(self._mutex)
+        self._completer: InOrderCompleter[_Settle, list[_Settle]] = InOrderCompleter(self._mutex, _same, self._settle)
+        self._handle: WriteHandle | None = None   # the ledger of the segment in progress
+        self._record_max = ns.settings.record_size_bytes_max   # re-read at each new segment
+        self._taken_by: str | None = None   # who took the stream over, once a write after it asked
         self._closed = False
         self._ended = False
         ns.ensure_stream(name)
-        self._settings_cached()
         owner = f"{socket.gethostname()}:{os.getpid()}:{id(self):x}"
         with metadata_errors(f"lock stream {ns.name}/{name}"):
-            self._lock: StreamLockInfo = self._client.store.lock_stream(ns.name, name, owner, lock_timeout_ms / 1000)
+            self._stream_lock: StreamLockInfo = self._client.store.lock_stream(ns.name, name, owner,
+                                                                               lock_timeout_ms / 1000)
         try:
-            self._last_txid = self._recover()
+            last_txid = self._recover()
         except BaseException:
             self._release_lock()
             raise
-
-    def _settings_cached(self) -> None:
-        """The namespace's limits this writer checks per record (re-read at each new segment)."""
-        s = self.ns.settings
-        self._out_max, self._record_max = s.output_buffer_bytes, s.record_size_bytes_max
+        self._sm: StreamWriteState[_Record] = StreamWriteState(last_txid, _limits(ns.settings), RECORD_OVERHEAD_BYTES)
 
     def _recover(self) -> int:
         """Seal what a dead writer left in progress (fencing its ledger); returns the last txid."""
         view = self.ns.view(self.name)
         seg = view.in_progress
         if seg is not None:
-            recover_segment(self.ns, self.name, seg, self._lock)
+            recover_segment(self.ns, self.name, seg, self._stream_lock)
             view = self.ns.view(self.name)
         self._ended = view.meta.end_of_stream
         return view.meta.max_txid
@@ -129,7 +129,8 @@ class StreamWriter:
 
     @property
     def last_txid(self) -> int:
-        return self._last_txid
+        with self._mutex:
+            return self._sm.last_txid
 
     # ------------------------------------------------------------------ writing
 
@@ -141,53 +142,50 @@ class StreamWriter:
         if not isinstance(payload, bytes | bytearray | memoryview):
             raise errors.IncorrectParameterError(f"a record is bytes, not {type(payload).__name__}")
         data = bytes(payload)
-        limit = self._record_max
-        if len(data) > limit:
-            raise errors.RecordTooLargeError(f"a record of {len(data)} bytes is over record_size_bytes_max ({limit})")
         if txid is not None and (not isinstance(txid, int) or isinstance(txid, bool)):
             raise errors.IncorrectParameterError(f"txid must be an int, not {txid!r}")
-        if self._error is not None:  # before the mutex: naming who took the stream over reads ZooKeeper
-            raise self._failed_error()
-        fut: Future[DLSN] = AppendFuture()   # settled once, by the completion drainer
-        try:
-            with self._mutex:   # not _locked(): a context manager per record cost ~1 us; `finally` is its exit
-                self._check_writable()
-                if txid is None:
-                    txid = self._last_txid + 1
-                elif txid < self._last_txid:
-                    raise errors.TransactionIdOutOfOrderError(
-                        f"txid {txid} is below the stream's last txid {self._last_txid}")
-                self._last_txid = txid
-                self._buffer.append((txid, data, fut))
-                self._buffer_bytes += len(data) + RECORD_OVERHEAD_BYTES
-                if not self._in_flight or self._buffer_bytes >= self._out_max:
-                    self._pump_locked(full_only=bool(self._in_flight))
-        finally:
-            if self._missed:
-                self._process_completions()
+        fut: Future[DLSN] = AppendFuture()   # settled once, by the completer
+        act = _NOTHING
+        sm = self._sm
+        with self._mutex:
+            if len(data) > self._record_max:
+                raise errors.RecordTooLargeError(
+                    f"a record of {len(data)} bytes is over record_size_bytes_max ({self._record_max})")
+            failed = sm.error
+            if failed is None:
+                if self._ended or self._closed:
+                    self._check_open()
+                if sm.add(txid, data, fut):
+                    act = self._act(sm.step(time.monotonic()))
+        if failed is not None:
+            raise self._failed_error(failed)   # outside the lock: naming who took the stream over reads ZooKeeper
+        if act is not _NOTHING:
+            self._after(act)
         return fut
 
-    def _check_writable(self) -> None:
-        if self._error is not None:
-            raise self._failed_error(look_up=False)
+    def _check_open(self) -> None:
+        """Under the lock: EndOfStreamError or StreamClosedError unless the writer takes writes."""
         if self._ended:
             raise errors.EndOfStreamError(f"stream {self.ns.name}/{self.name} has ended")
         if self._closed:
             raise errors.StreamClosedError(f"{self!r} is closed")
 
-    def _failed_error(self, look_up: bool = True) -> errors.LedgerError:
-        """What a write, flush or truncation gets once the writer failed, its failure chained: after
-        a takeover (the segment fenced) StreamFencedError, a LedgerFencedError naming the writer that
-        took the stream over (``look_up``: read its lock node, once; never under the mutex);
+    def _failed_error(self, error: errors.LedgerError) -> errors.LedgerError:
+        """What a write, flush or truncation gets once the writer failed with ``error`` (chained):
+        after a takeover (the segment fenced) StreamFencedError, a LedgerFencedError naming the
+        writer that took the stream over (its lock node read once, never under the lock);
         otherwise StreamClosedError."""
-        error = self._error
         if not isinstance(error, errors.LedgerFencedError):
             failed: errors.LedgerError = errors.StreamClosedError(f"{self!r} failed: {error}")
         else:
-            if look_up and self._taken_by is None:
-                self._taken_by = self._new_owner()
+            with self._mutex:
+                taken_by = self._taken_by
+            if taken_by is None:
+                taken_by = self._new_owner()
+                with self._mutex:
+                    self._taken_by = taken_by
             failed = errors.StreamFencedError(
-                f"stream {self.ns.name}/{self.name} was taken over by {self._taken_by or 'another writer'}, which "
+                f"stream {self.ns.name}/{self.name} was taken over by {taken_by}, which "
                 "fenced this writer's segment: this writer can write no more")
         failed.__cause__ = error
         return failed
@@ -201,210 +199,134 @@ class StreamWriter:
         except errors.LedgerError as e:
             log.info("%r: who took the stream over is unknown: %s", self, e)
             return "another writer"
-        return f"writer {holder}" if holder and holder != self._lock.owner else "another writer"
+        return f"writer {holder}" if holder and holder != self._stream_lock.owner else "another writer"
 
-    def _pump_locked(self, full_only: bool) -> None:
-        """Under the mutex: send buffered records as entries (only full ones with ``full_only``),
-        or hand a due segment transition to a worker thread."""
-        if self._busy or not self._buffer or self._error is not None:
-            return
-        seg = self._seg
-        if seg is None or self._roll_due(seg):
-            self._busy = True
-            self._client.run_soon(self._transition)
-            return
-        out_max = self._out_max
-        while self._buffer and (not full_only or self._buffer_bytes >= out_max):
-            if self._roll_due(seg):  # a backlog goes to the next segment, not all into this one
-                self._busy = True
-                self._client.run_soon(self._transition)
-                return
-            self._send_entry_locked(seg, out_max)
-            full_only = True
+    # ------------------------------------------------------------------ carrying out the machine's steps
 
-    def _roll_due(self, seg: _Segment) -> bool:
-        s = self.ns.settings
-        return ((s.segment_rolling_bytes is not None and seg.payload_bytes >= s.segment_rolling_bytes)
-                or (s.segment_rolling_interval_ms is not None
-                    and (time.monotonic() - seg.started) * 1000 >= s.segment_rolling_interval_ms))
-
-    def _send_entry_locked(self, seg: _Segment, out_max: int) -> None:
-        txids: list[int] = []
-        payloads: list[bytes] = []
-        entry = _Entry(seg)
-        size = 0
-        while self._buffer and (not payloads or size + len(self._buffer[0][1]) + RECORD_OVERHEAD_BYTES <= out_max):
-            txid, data, fut = self._buffer.popleft()
-            txids.append(txid)
-            payloads.append(data)
-            entry.futures.append(fut)
-            size += len(data) + RECORD_OVERHEAD_BYTES
-        self._buffer_bytes -= size
-        body = encode(txids, payloads, seg.records)
-        seg.records += len(payloads)
-        seg.payload_bytes += size
-        seg.last_txid, seg.last_slot = txids[-1], len(payloads) - 1
-        self._in_flight.append(entry)
-        try:
-            appended = seg.handle.append_async(body)
-        except errors.LedgerError as e:
-            self._in_flight.pop()
-            self._ready.append(([], self._fail_locked(e, entry.futures), self._error or e))
-            self._missed = True
-            return  # resolved when the mutex is let go (user callbacks never run under it)
-        appended.add_done_callback(partial(self._on_entry, entry))
-
-    def _on_entry(self, entry: _Entry, f: Future[int]) -> None:
-        """An entry completed (on the thread draining the ledger's acks, or on ours at once if it
-        was done when its callback was added: then we hold the mutex, and whoever holds it takes
-        the completion when it lets go)."""
-        entry.outcome = f
-        self._process_completions()
-
-    def _process_completions(self) -> None:
-        """Move completed entries to the ready queue and resolve their records, strictly in entry
-        order, by one thread at a time, never under the mutex (user callbacks run there), and
-        without ever waiting for the mutex here (this may run inside a callback under it)."""
-        self._missed = True   # first: whoever holds the mutex sees it once they let go
-        while self._missed:   # set again while we held the mutex: a completion that found it taken
-            if not self._mutex.acquire(blocking=False):
-                return  # its holder calls this again once it lets go
-            try:
-                self._missed = False
-                self._absorb_locked()
-                drain = not self._draining and bool(self._ready)
-                if drain:
-                    self._draining = True
-            finally:
-                self._mutex.release()
-            if drain:
-                self._drain_ready()
-
-    def _drain_ready(self) -> None:
-        while True:
-            with self._mutex:
-                self._absorb_locked()
-                if not self._ready:
-                    self._draining = False
-                    return
-                work = list(self._ready)
-                self._ready.clear()
-            acked = 0
-            for done, failed, error in work:
-                for fut, dlsn in done:
-                    fut.set_result(dlsn)
-                acked += len(done)
-                _fail_all(failed, error)
-            if acked and self._client.metrics is not None:
-                self._client.metrics.stream_records_written.inc(acked)
-
-    def _absorb_locked(self) -> None:
-        """Under the mutex: take completed entries off the head of the in-flight queue, in order."""
-        done: list[tuple[Future[DLSN], DLSN]] = []
-        failed: list[Future[DLSN]] = []
-        last: _Entry | None = None
-        popped = False
-        while self._in_flight and self._in_flight[0].outcome is not None:
-            entry = self._in_flight.popleft()
-            popped = True
-            f = entry.outcome
-            exc = f.exception() if f is not None else None
-            if exc is not None or f is None:
-                failed = self._fail_locked(_as_ledger_error(exc or RuntimeError("no outcome")), entry.futures)
-                break
-            if entry.control:
+    def _act(self, actions: Actions[_Record]) -> _Act:
+        """Under the lock: append the entries the machine sent (in its order), queue the records it
+        settled, start a due transition; what is left for after the lock (``_after``)."""
+        posted = []
+        for entry in actions.send:
+            appended = self._append(entry, actions)
+            if appended is None:
+                if self._sm.error is not None:
+                    break   # the writer failed: the entries after this one were failed with it
                 continue
-            eid = f.result()
-            seq = entry.segment.sequence
-            done += [(fut, DLSN(seq, eid, i)) for i, fut in enumerate(entry.futures)]
-            entry.segment.last_data_entry = max(entry.segment.last_data_entry, eid)
-            last = entry
-        if not popped:
-            return
-        if self._error is None:   # a control entry's completion also frees the way for the buffer
-            self._pump_locked(full_only=bool(self._in_flight))
-            if not self._in_flight and not self._buffer and not self._busy and last is not None:
-                self._send_control_locked(last.segment)
-        if done or failed:
-            error = self._error or errors.StreamClosedError("writer failed")
-            self._ready.append((done, failed, error))
-            self._missed = True   # resolved when the mutex is let go
-        self._cond.notify_all()
+            posted.append((entry, appended))
+        if actions.transition:
+            self._client.run_soon(self._transition)
+        if not actions.settle:
+            return _Act(posted, None)
+        self._completer.add(actions.settle)
+        return _Act(posted, self._completer.claim())
 
-    def _send_control_locked(self, seg: _Segment) -> None:
-        """The writer went idle: an entry without records, whose piggybacked LAC covers the last
-        data entry, so tailing readers see the last records now, not when the next write comes
-        (DistributedLog's control records). Cheaper than an explicit LAC (three gRPC calls): it
-        travels on the add connections like any entry."""
-        entry = _Entry(seg, control=True)
-        self._in_flight.append(entry)
+    def _append(self, entry: Entry[_Record], actions: Actions[_Record]) -> Future[int] | None:
+        """Under the lock: one entry to the segment's ledger; None when the ledger refused it at once
+        (a control entry is dropped then; a data entry fails the writer, its failures put in ``actions``)."""
+        handle = self._handle
+        control = entry.control
+        body = encode(entry.txids, entry.payloads, entry.records_before, FLAG_CONTROL if control else 0)
         try:
-            appended = seg.handle.append_async(encode([], [], seg.records, FLAG_CONTROL))
+            if handle is None:
+                raise errors.StreamClosedError(f"{self!r}: an entry with no segment ledger")
+            return handle.append_async(body)
         except errors.LedgerError as e:
-            self._in_flight.pop()
-            log.debug("%r: control record not sent: %s", self, e)
-            return
-        appended.add_done_callback(partial(self._on_entry, entry))
+            if control:
+                self._sm.unsent(entry)
+                log.debug("%r: control record not sent: %s", self, e)
+                return None
+            was_ok = self._sm.error is None
+            actions.settle += self._sm.fail(self._writer_error(e)).settle
+            self._log_failure(was_ok)
+            self._changed.notify_all()   # a flush waiting for these records: they failed
+            return None
 
-    @contextmanager
-    def _locked(self) -> Iterator[None]:
-        """The mutex, and on letting go the completions that arrived while it was held."""
+    def _after(self, act: _Act) -> None:
+        """After the lock: attach the appended entries' callbacks, then settle what completed."""
+        for entry, appended in act.posted:
+            appended.add_done_callback(partial(self._on_entry, entry))
+        if act.claimed is not None:
+            self._completer.deliver(act.claimed)
+
+    def _on_entry(self, entry: Entry[_Record], f: Future[int]) -> None:
+        """An entry completed (on the thread draining the ledger's acks, or on the appending thread
+        if it was done when its callback was attached): the machine takes it, in order."""
+        exc = f.exception()
+        outcome = f.result() if exc is None else self._writer_error(exc)
         with self._mutex:
-            yield
-        if self._missed:
-            self._process_completions()
+            was_ok = self._sm.error is None
+            act = self._act(self._sm.settled(entry, outcome, time.monotonic()))
+            self._log_failure(was_ok)
+            self._changed.notify_all()
+        self._after(act)
 
-    def _fail_locked(self, error: errors.LedgerError, also: list[Future[DLSN]] | None = None) -> list[Future[DLSN]]:
-        """Under the mutex: the writer is broken; every record not yet acknowledged fails."""
-        if self._error is None:
-            if isinstance(error, errors.LedgerFencedError):
-                error = errors.StreamFencedError(f"stream {self.ns.name}/{self.name} was taken over by another "
-                                                 f"writer, which recovered this writer's segment: {error}")
-            self._error = error
-            log.warning("%r failed: %s", self, error)
-        futs = list(also or [])
-        for e in self._in_flight:
-            futs += e.futures
-        futs += [p[2] for p in self._buffer]
-        self._in_flight.clear()
-        self._buffer.clear()
-        self._buffer_bytes = 0
-        self._cond.notify_all()
-        return futs
+    def _settle(self, batch: list[_Settle]) -> None:
+        """Outside the lock, one thread at a time (the completer): the records' futures, in order."""
+        acked = 0
+        for item in batch:
+            if isinstance(item, Done):
+                seq, eid, futures = item
+                for slot, fut in enumerate(futures):
+                    fut.set_result(_NEW_DLSN((seq, eid, slot)))
+                acked += len(futures)
+            else:
+                for fut in item.tokens:
+                    if not fut.done():
+                        fut.set_exception(item.error)
+        if acked and self._client.metrics is not None:
+            self._client.metrics.stream_records_written.inc(acked)
+
+    def _writer_error(self, exc: BaseException) -> errors.LedgerError:
+        """An append's failure as the writer's: a fenced segment means another writer took over."""
+        if not isinstance(exc, errors.LedgerError):
+            return errors.WriteError(f"append failed: {exc!r}")
+        if isinstance(exc, errors.LedgerFencedError) and not isinstance(exc, errors.StreamFencedError):
+            fenced = errors.StreamFencedError(f"stream {self.ns.name}/{self.name} was taken over by another "
+                                              f"writer, which recovered this writer's segment: {exc}")
+            fenced.__cause__ = exc
+            return fenced
+        return exc
+
+    def _log_failure(self, was_ok: bool) -> None:
+        """Under the lock: say once that the writer failed."""
+        if was_ok and self._sm.error is not None:
+            log.warning("%r failed: %s", self, self._sm.error)
 
     def _fail(self, error: errors.LedgerError) -> None:
-        with self._locked():  # the failed records are resolved, in order, when it lets go
-            self._ready.append(([], self._fail_locked(error), self._error or error))
-            self._missed = True
-            self._busy = False
+        with self._mutex:
+            was_ok = self._sm.error is None
+            act = self._act(self._sm.fail(self._writer_error(error)))
+            self._log_failure(was_ok)
+            self._changed.notify_all()
+        self._after(act)
 
     # ------------------------------------------------------------------ segment transitions
 
     def _transition(self) -> None:
-        """Worker thread: start the first segment, or roll the current one, then send what waits."""
+        """Worker thread, started by the machine once nothing is in flight: start the first segment,
+        or roll the current one, then send what waits."""
         try:
-            with self._locked():
-                while self._in_flight and self._error is None:
-                    self._cond.wait(0.05)
-                    self._absorb_locked()
-                old, first_txid = self._seg, (self._buffer[0][0] if self._buffer else self._last_txid)
-            if self._error is not None:
-                return
+            with self._mutex:
+                if self._sm.error is not None:
+                    return
+                old, handle, first_txid = self._sm.segment, self._handle, self._sm.first_buffered_txid()
+                old_end = _end_of(old) if old is not None else None
             settings = self.ns.refresh()
-            self._settings_cached()
             w = self._client.create_ledger(settings.ensemble_size, settings.write_quorum_size,
                                            settings.ack_quorum_size, settings.digest, settings.ledger_password,
                                            custom_metadata={"stream": f"{self.ns.name}/{self.name}".encode()})
             try:
-                seq = self._commit_start(old, w.ledger_id, first_txid)
+                seq = self._commit_start(old, handle, old_end, w.ledger_id, first_txid)
             except BaseException:
                 self._client.delete_ledger(w.ledger_id)
                 raise
-            with self._locked():
-                self._seg = _Segment(seq, w, time.monotonic(), last_txid=first_txid)
-                self._busy = False
-                self._pump_locked(full_only=False)
-                self._cond.notify_all()
+            with self._mutex:
+                self._handle = w
+                self._record_max = settings.record_size_bytes_max
+                act = self._act(self._sm.segment_started(seq, first_txid, time.monotonic(), _limits(settings)))
+                self._changed.notify_all()
+            self._after(act)
             if old is not None:
                 if self._client.metrics is not None:
                     self._client.metrics.stream_segments_rolled.inc()
@@ -415,26 +337,20 @@ class StreamWriter:
             log.exception("%r: segment transition failed", self)
             self._fail(errors.StreamClosedError(f"segment transition failed: {e!r}"))
 
-    def _commit_start(self, old: _Segment | None, ledger_id: int, first_txid: int) -> int:
+    def _commit_start(self, old: Segment | None, handle: WriteHandle | None, old_end: _SegmentEnd | None,
+                      ledger_id: int, first_txid: int) -> int:
         """Commit the new segment (sealing ``old`` in the same multi-op); its sequence number."""
-        if old is None:
+        if old is None or handle is None or old_end is None:
             _view, change = commit(self.ns, self.name,
-                                   lambda v: tr.start_segment(v, ledger_id, first_txid, now_ms()), self._lock)
+                                   lambda v: tr.start_segment(v, ledger_id, first_txid, now_ms()), self._stream_lock)
         else:
-            end = self._close_segment(old)
+            end = _close_segment(handle, old_end)
             _view, change = commit(self.ns, self.name,
-                                   lambda v: tr.roll(v, old.sequence, end, ledger_id, first_txid, now_ms()), self._lock)
+                                   lambda v: tr.roll(v, old.sequence, end, ledger_id, first_txid, now_ms()),
+                                   self._stream_lock)
         if change is None or not change.create:
             raise errors.MetadataServiceError(f"{self!r}: no segment was started")
         return change.create[0].sequence
-
-    def _close_segment(self, seg: _Segment) -> SegmentEnd:
-        """Close the segment's ledger (its entries are all acknowledged) and say where it ends."""
-        h = seg.handle
-        h.close()
-        # The ledger may end with a control entry: the segment ends at its last records.
-        return SegmentEnd(last_entry_id=seg.last_data_entry, last_slot=seg.last_slot if seg.records else -1,
-                          record_count=seg.records, nbytes=h.length, last_txid=seg.last_txid)
 
     def _retention(self) -> None:
         try:
@@ -446,30 +362,37 @@ class StreamWriter:
 
     def flush(self) -> None:
         """Send everything buffered now and wait until it is acknowledged (or the writer failed)."""
-        deadline = time.monotonic() + self._client.config.operation_timeout_ms / 1000
-        with self._locked():
-            self._pump_locked(full_only=False)
-            while (self._buffer or self._in_flight or self._busy) and self._error is None:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise errors.LedgerTimeoutError(f"{self!r}: records still unacknowledged after "
-                                                    f"{self._client.config.operation_timeout_ms} ms")
-                self._cond.wait(min(left, 0.05))
-                self._absorb_locked()
-                self._pump_locked(full_only=False)
-        if self._error is not None:
-            raise self._failed_error()
+        timeout_ms = self._client.config.operation_timeout_ms
+        deadline = time.monotonic() + timeout_ms / 1000
+        while True:
+            with self._mutex:
+                act = self._act(self._sm.step(time.monotonic(), flush=True))
+                if not act.posted and act.claimed is None:
+                    if self._sm.idle:
+                        failed = self._sm.error
+                        break
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        raise errors.LedgerTimeoutError(f"{self!r}: records still unacknowledged after {timeout_ms} ms")
+                    self._changed.wait(left)   # an entry completed, a transition ended or the writer failed
+                    continue
+            self._after(act)
+        if failed is not None:
+            raise self._failed_error(failed)
 
     def truncate(self, dlsn: DLSN) -> None:
         """No reader returns a record before ``dlsn`` from now on; whole segments before it go."""
         if not isinstance(dlsn, tuple) or len(dlsn) != 3:
             raise errors.IncorrectParameterError(f"truncate takes a DLSN, not {dlsn!r}")
         point = DLSN.of(*dlsn)
-        if self._error is not None:
-            raise self._failed_error()
-        with self._locked():
-            self._check_writable()
-        commit(self.ns, self.name, lambda v: tr.truncate(v, (point.segment, point.entry_id, point.slot)), self._lock)
+        with self._mutex:
+            failed = self._sm.error
+            if failed is None:
+                self._check_open()
+        if failed is not None:
+            raise self._failed_error(failed)
+        commit(self.ns, self.name, lambda v: tr.truncate(v, (point.segment, point.entry_id, point.slot)),
+               self._stream_lock)
         if self._client.metrics is not None:
             self._client.metrics.stream_truncations.inc()
 
@@ -482,36 +405,44 @@ class StreamWriter:
         self._finish(end=False)
 
     def _finish(self, end: bool) -> None:
-        with self._locked():
+        with self._mutex:
             if self._closed:
                 if end:
                     raise errors.StreamClosedError(f"{self!r} is closed")
                 return
-            if end:
-                self._check_writable()
-            self._closed = True  # no new writes from here; what is buffered still goes out
+            failed = self._sm.error
+            if end and failed is None:
+                self._check_open()
+            if not end or failed is None:
+                self._closed = True  # no new writes from here; what is buffered still goes out
+        if end and failed is not None:
+            raise self._failed_error(failed)
         try:
-            if self._error is None:
+            if failed is None:
                 self.flush()
                 self._seal(end)
         finally:
-            with self._locked():
+            with self._mutex:
                 self._ended = self._ended or end
             self._release_lock()
 
     def _seal(self, end: bool) -> None:
-        seg = self._seg
-        if seg is not None:
-            sealed_end = self._close_segment(seg)
-            commit(self.ns, self.name, lambda v: _seal_and_maybe_end(v, seg.sequence, sealed_end, end), self._lock)
-            self._seg = None
+        with self._mutex:
+            seg, handle = self._sm.segment, self._handle
+            seg_end = _end_of(seg) if seg is not None else None
+        if seg is not None and handle is not None and seg_end is not None:
+            sealed = _close_segment(handle, seg_end)
+            commit(self.ns, self.name, lambda v: _seal_and_maybe_end(v, seg.sequence, sealed, end), self._stream_lock)
+            with self._mutex:
+                self._sm.segment_sealed()
         elif end:
-            commit(self.ns, self.name, lambda v: None if v.meta.end_of_stream else tr.end_stream(v), self._lock)
+            commit(self.ns, self.name, lambda v: None if v.meta.end_of_stream else tr.end_stream(v),
+                   self._stream_lock)
 
     def _release_lock(self) -> None:
         try:
             with metadata_errors(f"unlock {self.ns.name}/{self.name}"):
-                self._client.store.unlock_stream(self._lock)
+                self._client.store.unlock_stream(self._stream_lock)
         except errors.LedgerError as e:
             log.warning("%r: releasing the lock failed (it goes with the session): %s", self, e)
 
@@ -522,18 +453,29 @@ class StreamWriter:
         self.close()
 
 
+class _SegmentEnd(NamedTuple):
+    """A segment's counters, read under the lock, for sealing it outside."""
+
+    last_data_entry: int
+    last_slot: int
+    records: int
+    last_txid: int
+
+
+def _end_of(seg: Segment) -> _SegmentEnd:
+    return _SegmentEnd(seg.last_data_entry, seg.last_slot if seg.records else -1, seg.records, seg.last_txid)
+
+
+def _close_segment(h: WriteHandle, end: _SegmentEnd) -> SegmentEnd:
+    """Close the segment's ledger (its entries are all acknowledged) and say where it ends: at its
+    last records (the ledger may end with a control entry)."""
+    h.close()
+    return SegmentEnd(last_entry_id=end.last_data_entry, last_slot=end.last_slot, record_count=end.records,
+                      nbytes=h.length, last_txid=end.last_txid)
+
+
 def _seal_and_maybe_end(view: tr.StreamView, sequence: int, end: SegmentEnd, and_end: bool) -> tr.Change:
     sealing = tr.seal_segment(view, sequence, end, now_ms())
     if not and_end:
         return sealing
     return tr.Change(replace(sealing.meta, end_of_stream=True), update=sealing.update)
-
-
-def _fail_all(futures: list[Future[DLSN]], error: errors.LedgerError) -> None:
-    for fut in futures:
-        if not fut.done():
-            fut.set_exception(error)
-
-
-def _as_ledger_error(exc: BaseException) -> errors.LedgerError:
-    return exc if isinstance(exc, errors.LedgerError) else errors.WriteError(f"append failed: {exc!r}")

@@ -142,3 +142,18 @@ def test_a_failing_delivery_leaves_the_rest_to_the_next_run():
     assert calls == [[1], [2]] and o.delivered == [2]
     with o.lock:
         assert not o.completer.busy
+
+
+def test_claim_under_the_lock_makes_this_thread_the_deliverer():
+    o = Owner()
+    with o.lock:
+        o.completer.add([1])
+        taken = o.completer.claim()
+        assert taken == [1] and o.completer.busy
+        assert o.completer.claim() is None     # one deliverer at a time
+    o.complete(2)                              # queued behind the claim: not delivered by this run
+    assert o.delivered == []
+    o.completer.deliver(taken)                 # the claimed batch, then what came meanwhile
+    assert o.delivered == [1, 2]
+    with o.lock:
+        assert not o.completer.busy and o.completer.claim() is None
