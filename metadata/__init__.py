@@ -1,6 +1,7 @@
 """Cluster metadata: the ledger metadata model (:mod:`metadata.model`), its pure transitions
-(:mod:`metadata.transitions`), the one CAS update loop (:func:`update_ledger`), and the store
-interface with its ZooKeeper implementation and an in-memory twin.
+(:mod:`metadata.transitions`), the one CAS update loop (:func:`update_ledger`), and the metadata
+store (:mod:`metadata.store`): the cluster, ledger, stream and under-replication stores composed on
+one node layer, with a ZooKeeper implementation and an in-memory twin.
 
 Imports nothing else of the project. kazoo is imported only under ``metadata.zk`` and only when a
 ZooKeeper store is actually made, so the pure parts (layout, errors, the in-memory twin) stay cheap.
@@ -9,6 +10,7 @@ ZooKeeper store is actually made, so the pure parts (layout, errors, the in-memo
 from __future__ import annotations
 
 from metadata import transitions
+from metadata.cluster import ClusterStore
 from metadata.errors import (
     BadVersionError,
     InvalidConnectStringError,
@@ -25,15 +27,20 @@ from metadata.errors import (
     StoreClosedError,
 )
 from metadata.layout import ConnectInfo, ZkLayout, parse_connect_string
+from metadata.ledgers import LedgerStore
 from metadata.memory import InMemoryMetadataStore, InMemoryZooKeeper
 from metadata.model import DigestType, LedgerMetadata, LedgerState, decode, encode, master_key
-from metadata.store import MetadataStore, SessionEvent, SessionListener
+from metadata.nodes import Nodes
+from metadata.session import SessionEvent, SessionListener
+from metadata.store import MetadataStore
+from metadata.streams.store import StreamStore
 from metadata.transitions import begin_recovery, close, replace_bookie, set_fragment, unchanged
 from metadata.underreplication import ElectionCallback, UnderReplicationStore
 from metadata.update import update_ledger
 
 __all__ = [
     "BadVersionError",
+    "ClusterStore",
     "ConnectInfo",
     "DigestType",
     "ElectionCallback",
@@ -45,6 +52,7 @@ __all__ = [
     "LedgerClosedConflict",
     "LedgerMetadata",
     "LedgerState",
+    "LedgerStore",
     "MetadataAccessDeniedError",
     "MetadataError",
     "MetadataStore",
@@ -52,10 +60,12 @@ __all__ = [
     "MetadataUpdateConflictError",
     "NoNodeError",
     "NodeExistsError",
+    "Nodes",
     "SessionEvent",
     "SessionExpiredError",
     "SessionListener",
     "StoreClosedError",
+    "StreamStore",
     "UnderReplicationStore",
     "ZkLayout",
     "begin_recovery",

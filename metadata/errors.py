@@ -40,6 +40,10 @@ class BadVersionError(MetadataError):
     """A compare-and-set lost: the node's version is not the one the caller read."""
 
 
+class NotEmptyError(MetadataError):
+    """A delete found children under the node."""
+
+
 class SessionExpiredError(MetadataError):
     """The ZooKeeper session expired while the operation was in flight; its ephemerals are gone."""
 

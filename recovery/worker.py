@@ -41,7 +41,6 @@ from ledger_client import LedgerClient, errors
 from ledger_client.protocol.framing import Digester
 from ledger_client.recovery import LedgerRecovery
 from metadata import DigestType, LedgerMetadata, MetadataError, MetadataStore, NoNodeError, update_ledger
-from metadata.underreplication.base import UnderReplicationBase
 
 from .checker import FragmentChecker
 from .config import AutoRecoveryConfig
@@ -285,11 +284,10 @@ class ReplicationWorker:
     def _missing(self, lid: int) -> list[str] | None:
         """The ledger's missing replicas: as recorded when we locked it (no second read; the
         unmark is a CAS on that record's version, so a later mark keeps the ledger queued)."""
-        if isinstance(self._store, UnderReplicationBase):
-            missing = self._store.acquired_missing_replicas(lid)
-            if missing is not None:
-                return missing
-        return self._store.missing_replicas(lid)
+        missing = self._store.underreplication.acquired_missing_replicas(lid)
+        if missing is not None:
+            return missing
+        return self._store.underreplication.missing_replicas(lid)
 
     def _repair_finished(self, md: LedgerMetadata, version: int, gone: Collection[str],
                          filled: set[int]) -> tuple[LedgerMetadata, int]:

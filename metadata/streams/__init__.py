@@ -1,6 +1,6 @@
 """Stream metadata (DistributedLog's model, DESIGN §4.5): the model (`model`), pure transitions
-(`transitions`), the store interface (`store`), its backend-independent half (`base`) and the
-in-memory twin's primitives (`memory`). The ZooKeeper primitives are `metadata.zk.streams`."""
+(`transitions`, `linking`, `tiering`) and the store (`store`, ``store.streams``), written once on
+the node layer (:mod:`metadata.nodes`) for ZooKeeper and the in-memory twin."""
 
 from metadata.streams.model import (
     FIRST_SEQUENCE,

@@ -1,9 +1,8 @@
 """The stream-metadata store: namespaces, streams, segments, the writer lock (DESIGN §4.5).
 
-One interface, two backends, like the ledger store and the under-replication queue: the protocol
-is written once (:mod:`metadata.streams.base`) on ZooKeeper-shaped primitives that ZooKeeper
-(:mod:`metadata.zk.streams`) and the in-memory twin (:mod:`metadata.streams.memory`) implement;
-a contract suite runs against both.
+Written once on the node layer (:mod:`metadata.nodes`), like the cluster, ledger and
+under-replication stores, so ZooKeeper and the in-memory twin share it; a contract suite runs
+against both.
 
 Layout under ``<root>/streams`` (DistributedLog's spirit):
 
@@ -14,16 +13,34 @@ Layout under ``<root>/streams`` (DistributedLog's spirit):
 - ``<ns>/<stream>/lock/lock-<seq>``: ephemeral sequential nodes of writers; the lowest holds the
   stream. Every change a writer makes checks that its own lock node still exists (in the same
   multi-op), so a writer whose session expired cannot change the stream after a new writer took it.
+
+The lock is ZooKeeper's recipe: an ephemeral sequential node per contender under
+``<stream>/lock``; the lowest holds the stream; a waiter watches only its predecessor (no herd).
 """
 
 from __future__ import annotations
 
-import abc
+import threading
+import time
 from dataclasses import dataclass
 
-from metadata.errors import MetadataError
-from metadata.streams.model import StreamMeta
+from metadata.errors import BadVersionError, MetadataError, NodeExistsError, NoNodeError
+from metadata.layout import ZkLayout
+from metadata.nodes import MultiOpFailed, Nodes, Op
+from metadata.streams.model import (
+    StreamMeta,
+    check_name,
+    decode_segment,
+    decode_stream,
+    encode_segment,
+    encode_stream,
+)
 from metadata.streams.transitions import Change, StreamView
+
+STREAMS = "streams"
+SEGMENTS = "segments"
+LOCK = "lock"
+_READ_TRIES_MAX = 20   # a stream changing under read_stream this many times in a row is an error
 
 
 class StreamLockTimeoutError(MetadataError):
@@ -46,71 +63,206 @@ class StreamLockInfo:
     owner: str
 
 
-class StreamStore(abc.ABC):
-    """Stream metadata operations; every call has a deadline (MetadataUnavailableError)."""
+class StreamStore:
+    """Stream metadata operations (``store.streams``); every call has a deadline
+    (MetadataUnavailableError)."""
+
+    def __init__(self, nodes: Nodes, paths: ZkLayout) -> None:
+        self._nodes = nodes
+        self._paths = paths
+
+    def _multi(self, ops: list[Op]) -> None:
+        """All or nothing; MultiOpFailed naming the first op that failed."""
+        failed = self._nodes.multi([ops], retry=False)[0]
+        if failed is not None:
+            if failed.index < 0:
+                raise MetadataError(f"stream metadata change refused: {failed.cause}") from failed
+            raise failed
+
+    # -- paths ------------------------------------------------------------------------------
+    def _root(self) -> str:
+        return f"{self._paths.root}/{STREAMS}"
+
+    def _ns_path(self, ns: str) -> str:
+        return f"{self._root()}/{check_name(ns, 'namespace')}"
+
+    def _stream_path(self, ns: str, name: str) -> str:
+        return f"{self._ns_path(ns)}/{check_name(name, 'stream')}"
+
+    def _segment_path(self, ns: str, name: str, sequence: int) -> str:
+        return f"{self._stream_path(ns, name)}/{SEGMENTS}/{sequence:020d}"
 
     # -- namespaces -------------------------------------------------------------------------
-    @abc.abstractmethod
     def create_namespace(self, name: str, settings: bytes) -> None:
         """NodeExistsError if it exists."""
+        path = self._ns_path(name)
+        try:
+            self._nodes.create(self._root())
+        except NodeExistsError:
+            pass
+        self._nodes.create(path, settings)
 
-    @abc.abstractmethod
     def read_namespace(self, name: str) -> tuple[bytes, int] | None:
         """(settings, version), or None."""
+        got = self._nodes.get_many([self._ns_path(name)])[0]
+        return None if got is None else (got[0], got[1])
 
-    @abc.abstractmethod
     def write_namespace(self, name: str, settings: bytes, version: int) -> int:
         """CAS; BadVersionError if changed, NamespaceGoneError if absent."""
+        try:
+            return self._nodes.set(self._ns_path(name), settings, version)
+        except NoNodeError as e:
+            raise NamespaceGoneError(f"namespace {name!r} does not exist") from e
 
-    @abc.abstractmethod
     def list_namespaces(self) -> list[str]:
         """Sorted names."""
+        return sorted(self._nodes.children(self._root()) or [])
 
-    @abc.abstractmethod
     def delete_namespace(self, name: str) -> None:
         """Only an empty one (MetadataError otherwise); NamespaceGoneError if absent."""
+        path = self._ns_path(name)
+        kids = self._nodes.children(path)
+        if kids is None:
+            raise NamespaceGoneError(f"namespace {name!r} does not exist")
+        if kids:
+            raise MetadataError(f"namespace {name!r} still has streams: {sorted(kids)[:5]}")
+        try:
+            self._nodes.delete(path, retry=False)
+        except NoNodeError as e:
+            raise NamespaceGoneError(f"namespace {name!r} does not exist") from e
 
     # -- streams ----------------------------------------------------------------------------
-    @abc.abstractmethod
     def create_stream(self, ns: str, name: str, meta: StreamMeta) -> None:
         """NodeExistsError if it exists, NamespaceGoneError if the namespace does not."""
+        path = self._stream_path(ns, name)
+        ops = [Op("create", path, encode_stream(meta)), Op("create", f"{path}/{SEGMENTS}"),
+               Op("create", f"{path}/{LOCK}")]
+        try:
+            self._multi(ops)
+        except MultiOpFailed as e:
+            if isinstance(e.cause, NoNodeError):
+                raise NamespaceGoneError(f"namespace {ns!r} does not exist") from e
+            raise e.cause from e
 
-    @abc.abstractmethod
     def list_streams(self, ns: str) -> list[str]:
         """Sorted names; NamespaceGoneError if the namespace does not exist."""
+        kids = self._nodes.children(self._ns_path(ns))
+        if kids is None:
+            raise NamespaceGoneError(f"namespace {ns!r} does not exist")
+        return sorted(kids)
 
-    @abc.abstractmethod
     def read_stream(self, ns: str, name: str) -> StreamView | None:
         """The stream and all its segments with their versions (consistent: the stream node is
         re-read until it did not change while the segments were listed), or None."""
+        path = self._stream_path(ns, name)
+        for _ in range(_READ_TRIES_MAX):
+            head = self._nodes.get_many([path])[0]
+            if head is None:
+                return None
+            names = sorted(self._nodes.children(f"{path}/{SEGMENTS}") or [])
+            got = self._nodes.get_many([f"{path}/{SEGMENTS}/{n}" for n in names] + [path])
+            tail = got[-1]
+            if tail is None:
+                return None
+            if tail[1] != head[1] or any(g is None for g in got[:-1]):
+                continue  # changed while listed: read again
+            segments = {}
+            for n, g in zip(names, [g for g in got[:-1] if g is not None], strict=True):
+                seg = decode_segment(g[0], f"segment {path}/{n}")
+                segments[seg.sequence] = (seg, g[1])
+            return StreamView(decode_stream(head[0], f"stream {path}"), head[1], segments)
+        raise MetadataError(f"stream {ns}/{name} kept changing while it was read")
 
-    @abc.abstractmethod
     def read_stream_meta(self, ns: str, name: str) -> tuple[StreamMeta, int] | None:
         """Only the stream node (one round trip): a reader checks it before each batch, and
         reads the segments again only when its version moved."""
+        path = self._stream_path(ns, name)
+        got = self._nodes.get_many([path])[0]
+        return None if got is None else (decode_stream(got[0], f"stream {path}"), got[1])
 
-    @abc.abstractmethod
     def commit_stream(self, ns: str, name: str, base_version: int, change: Change,
                       lock: StreamLockInfo | None = None) -> int:
-        """Apply ``change`` in one multi-op: the stream node CAS on ``base_version``, segment
-        creates, CAS updates and deletes, and (with ``lock``) a check that the lock node exists.
-        Returns the stream node's new version. BadVersionError when anything changed since it was
-        read; StreamGoneError when the stream is gone; NoNodeError when ``lock``'s node is gone
-        (its session expired); NodeExistsError when a created segment exists."""
+        path = self._stream_path(ns, name)
+        ops = [Op("check", lock.path)] if lock is not None else []
+        ops.append(Op("set", path, encode_stream(change.meta), base_version))
+        ops += [Op("create", self._segment_path(ns, name, s.sequence), encode_segment(s)) for s in change.create]
+        ops += [Op("set", self._segment_path(ns, name, s.sequence), encode_segment(s), v) for s, v in change.update]
+        ops += [Op("delete", self._segment_path(ns, name, seq), version=v) for seq, v in change.delete]
+        try:
+            self._multi(ops)
+        except MultiOpFailed as e:
+            op = ops[e.index]
+            if op.kind == "check":
+                raise NoNodeError(f"the writer lock of {ns}/{name} is gone ({lock.path if lock else ''}): "
+                                  "its ZooKeeper session expired") from e
+            if op.path == path and isinstance(e.cause, NoNodeError):
+                raise StreamGoneError(f"stream {ns}/{name} does not exist") from e
+            if isinstance(e.cause, BadVersionError):
+                raise BadVersionError(f"stream {ns}/{name} changed since version {base_version}") from e
+            raise e.cause from e
+        return base_version + 1
 
-    @abc.abstractmethod
     def delete_stream(self, ns: str, name: str) -> None:
         """The stream's nodes, all of them (its ledgers are the caller's); StreamGoneError if absent."""
+        path = self._stream_path(ns, name)
+        if self._nodes.get_many([path])[0] is None:
+            raise StreamGoneError(f"stream {ns}/{name} does not exist")
+        for sub in (SEGMENTS, LOCK):
+            for child in self._nodes.children(f"{path}/{sub}") or []:
+                self._delete_quietly(f"{path}/{sub}/{child}")
+            self._delete_quietly(f"{path}/{sub}")
+        self._delete_quietly(path)
 
-    @abc.abstractmethod
+    def _delete_quietly(self, path: str) -> None:
+        try:
+            self._nodes.delete(path, retry=False)
+        except NoNodeError:
+            pass
+
+    # -- the writer lock --------------------------------------------------------------------
     def lock_stream(self, ns: str, name: str, owner: str, timeout_s: float) -> StreamLockInfo:
         """Take the stream's writer lock, waiting up to ``timeout_s`` for a live holder to go
         (StreamLockTimeoutError). The lock is ephemeral: it goes with this store's session."""
+        lock_dir = f"{self._stream_path(ns, name)}/{LOCK}"
+        try:
+            mine = self._nodes.create(f"{lock_dir}/lock-", owner.encode(), ephemeral=True, sequential=True,
+                                      retry=False)
+        except NoNodeError as e:
+            raise StreamGoneError(f"stream {ns}/{name} does not exist") from e
+        deadline = time.monotonic() + timeout_s
+        try:
+            while True:
+                kids = sorted(self._nodes.children(lock_dir) or [])
+                ours = mine.rsplit("/", 1)[1]
+                if ours not in kids:
+                    raise NoNodeError(f"lock node {mine} vanished: the ZooKeeper session expired")
+                k = kids.index(ours)
+                if k == 0:
+                    return StreamLockInfo(mine, owner)
+                self._await_gone(f"{lock_dir}/{kids[k - 1]}", deadline, ns, name)
+        except BaseException:
+            self._delete_quietly(mine)
+            raise
 
-    @abc.abstractmethod
+    def _await_gone(self, path: str, deadline: float, ns: str, name: str) -> None:
+        gone = threading.Event()
+        state = self._nodes.watch(path, lambda _event: gone.set())
+        if state is None:
+            return
+        left = deadline - time.monotonic()
+        if left <= 0 or not gone.wait(left):
+            holder = self.stream_lock_holder(ns, name)
+            raise StreamLockTimeoutError(f"stream {ns}/{name} is held by another writer ({holder})")
+
     def unlock_stream(self, lock: StreamLockInfo) -> None:
         """Release (idempotent)."""
+        self._delete_quietly(lock.path)
 
-    @abc.abstractmethod
     def stream_lock_holder(self, ns: str, name: str) -> str | None:
         """The owner string of the current holder, or None."""
+        lock_dir = f"{self._stream_path(ns, name)}/{LOCK}"
+        for kid in sorted(self._nodes.children(lock_dir) or []):
+            got = self._nodes.get_many([f"{lock_dir}/{kid}"])[0]
+            if got is not None:
+                return got[0].decode(errors="replace")
+        return None

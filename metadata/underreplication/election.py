@@ -1,8 +1,7 @@
-"""The auditor election of the under-replication store (BookKeeper's AuditorElector), as a mixin of
-:class:`~metadata.underreplication.base.UnderReplicationBase`: ephemeral sequential votes under
-``underreplication/auditorelection``, the lowest is the auditor, every other candidate watches the
-vote just below its own. Written on the same backend primitives as the queue, so both backends
-share it; it runs on the store's under-replication thread.
+"""The auditor election of the under-replication store (BookKeeper's AuditorElector): ephemeral
+sequential votes under ``underreplication/auditorelection``, the lowest is the auditor, every other
+candidate watches the vote just below its own. Written on the node layer, so both backends share
+it; it runs on the store's under-replication thread.
 """
 
 from __future__ import annotations
@@ -12,23 +11,21 @@ import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from functools import partial
-from typing import TYPE_CHECKING
 
 from metadata.errors import MetadataError, MetadataUnavailableError, NoNodeError, StoreClosedError
 from metadata.layout import UR_VOTE_PREFIX, ZkLayout, vote_sequence
-from metadata.underreplication import ElectionCallback
-
-if TYPE_CHECKING:
-    from metadata.store import SessionWorker
+from metadata.nodes import Nodes, Wake
+from metadata.session import SessionEvent, SessionWorker
+from metadata.underreplication.paths import create_path
 
 log = logging.getLogger(__name__)
 
 RETRY_S = 1.0  # election retry after a ZooKeeper error
 _RECHECKS_MAX = 20  # votes vanishing under us this many times in a row means retry later
 
-#: (data, version, ephemeral owner session or None), as the backends' primitives return nodes.
-NodeState = tuple[bytes, int, int | None]
-Wake = Callable[[object], None]
+#: ``on_change(is_auditor)``: told True when this candidate becomes the auditor and False when it
+#: stops being it (session lost, withdrawn). Called on a store thread, one call at a time.
+ElectionCallback = Callable[[bool], None]
 
 
 def ordered_votes(names: Iterable[str]) -> list[str]:
@@ -52,29 +49,36 @@ class _Candidate:
 
 
 class AuditorElection:
-    """Mixin: the election half of the store. Needs the base's primitives and its ``_ur_worker``,
-    ``_ur_mutex`` and ``_ur_candidates`` (set up by ``_ur_init``)."""
+    """The election half of the under-replication store, on the store's thread ``worker``."""
 
-    paths: ZkLayout
-    _ur_worker: SessionWorker
-    _ur_mutex: threading.Lock
-    _ur_candidates: set[_Candidate]
+    def __init__(self, nodes: Nodes, paths: ZkLayout, worker: SessionWorker) -> None:
+        self._nodes = nodes
+        self._paths = paths
+        self._worker = worker
+        self._mutex = threading.Lock()
+        self._candidates: set[_Candidate] = set()
 
-    if TYPE_CHECKING:
+    def on_session(self, event: str) -> None:
+        """Session thread. LOST: our votes are gone with the session: tell, then stand again.
+        CONNECTED: watches may have been dropped with the connection: look again."""
+        with self._mutex:
+            candidates = list(self._candidates)
+        for cand in candidates:
+            if event == SessionEvent.LOST:
+                self._worker.submit(partial(self._lost, cand))
+            elif event == SessionEvent.CONNECTED:
+                self._worker.submit(partial(self._step, cand))
 
-        def _ur_get(self, path: str) -> NodeState | None: ...
-
-        def _ur_children_many(self, paths: list[str], *, watch: bool) -> list[list[str] | None]: ...
-
-        def _ur_create_path(
-            self, path: str, data: bytes, *, ephemeral: bool = False, sequential: bool = False
-        ) -> str: ...
-
-        def _ur_delete(self, path: str, version: int = -1, *, retry: bool = True) -> None: ...
-
-        def _ur_watch(self, path: str, wake: Wake) -> NodeState | None: ...
-
-        def _ur_session(self) -> int | None: ...
+    def close(self, *, tell: bool) -> None:
+        """The store is closing (``tell``: tell the auditor it no longer is) or its process died."""
+        with self._mutex:
+            candidates = list(self._candidates)
+            self._candidates.clear()
+        for cand in candidates:
+            with cand.lock:
+                cand.withdrawn = True
+            if tell:
+                self._worker.submit(partial(self._tell, cand, False))
 
     def elect_auditor(self, candidate_id: str, on_change: ElectionCallback) -> Callable[[], None]:
         """BookKeeper's AuditorElector: an ephemeral sequential vote; the lowest is the auditor and
@@ -85,41 +89,42 @@ class AuditorElection:
         if not isinstance(candidate_id, str) or not candidate_id:
             raise ValueError(f"candidate id must be a non-empty string, got {candidate_id!r}")
         cand = _Candidate(candidate_id, on_change)
-        cand.wake = lambda _event: self._ur_worker.submit(partial(self._ur_step, cand))
-        with self._ur_mutex:
-            self._ur_candidates.add(cand)
+        cand.wake = lambda _event: self._worker.submit(partial(self._step, cand))
+        with self._mutex:
+            self._candidates.add(cand)
         try:
-            self._ur_stand(cand)
+            self._stand(cand)
         except BaseException:
-            self._ur_withdraw(cand)
+            self._withdraw(cand)
             if cand.uncertain:
-                self._ur_worker.submit(partial(self._ur_remove_orphans_later, cand))
+                self._worker.submit(partial(self._remove_orphans_later, cand))
             raise
-        self._ur_worker.submit(partial(self._ur_step, cand))
-        return partial(self._ur_withdraw, cand)
+        self._worker.submit(partial(self._step, cand))
+        return partial(self._withdraw, cand)
 
     def current_auditor(self) -> str | None:
-        election = self.paths.auditor_election
-        names = ordered_votes(self._ur_children_many([election], watch=False)[0] or [])
+        election = self._paths.auditor_election
+        names = ordered_votes(self._nodes.children(election) or [])
         for name in names:  # the lowest may vanish between the listing and the read
-            got = self._ur_get(f"{election}/{name}")
+            got = self._nodes.get(f"{election}/{name}")
             if got is not None:
                 return got[0].decode(errors="replace")
         return None
 
-    def _ur_votes(self) -> list[str]:
-        return ordered_votes(self._ur_children_many([self.paths.auditor_election], watch=False)[0] or [])
+    def _votes(self) -> list[str]:
+        return ordered_votes(self._nodes.children(self._paths.auditor_election) or [])
 
-    def _ur_stand(self, cand: _Candidate) -> None:
+    def _stand(self, cand: _Candidate) -> None:
         """Cast a vote for ``cand`` unless it has one (any thread; one creation at a time)."""
         with cand.stand_lock:
             if cand.vote is not None or cand.withdrawn:
                 return
             if cand.uncertain:
-                self._ur_remove_orphans(cand)
-            prefix = f"{self.paths.auditor_election}/{UR_VOTE_PREFIX}"
+                self._remove_orphans(cand)
+            prefix = f"{self._paths.auditor_election}/{UR_VOTE_PREFIX}"
             try:
-                created = self._ur_create_path(prefix, cand.candidate_id.encode(), ephemeral=True, sequential=True)
+                created = create_path(self._nodes, self._paths, prefix, cand.candidate_id.encode(), ephemeral=True,
+                                      sequential=True)
             except MetadataUnavailableError:
                 cand.uncertain = True  # the vote may exist, unknown to us: clear it before the next
                 raise
@@ -129,51 +134,51 @@ class AuditorElection:
                 if not withdrawn:
                     cand.vote = name
         if withdrawn:
-            self._ur_delete_vote(name)
+            self._delete_vote(name)
 
-    def _ur_remove_orphans(self, cand: _Candidate) -> None:
+    def _remove_orphans(self, cand: _Candidate) -> None:
         """Delete votes of our session holding ``cand``'s id that no candidate of ours knows: left
         by a creation whose answer was lost, they would block the election while we live."""
-        election = self.paths.auditor_election
-        votes = self._ur_votes()  # waits for a connection: then the session is known
-        session = self._ur_session()
+        election = self._paths.auditor_election
+        votes = self._votes()  # waits for a connection: then the session is known
+        session = self._nodes.session()
         if session is None:
             raise MetadataUnavailableError("looking for orphan auditor votes: no ZooKeeper session")
-        with self._ur_mutex:
-            known = {c.vote for c in self._ur_candidates}
+        with self._mutex:
+            known = {c.vote for c in self._candidates}
         for name in votes:
             if name in known:
                 continue
-            got = self._ur_get(f"{election}/{name}")
+            got = self._nodes.get(f"{election}/{name}")
             if got is not None and got[2] == session and got[0] == cand.candidate_id.encode():
-                self._ur_delete_vote(name)
+                self._delete_vote(name)
         cand.uncertain = False
 
-    def _ur_remove_orphans_later(self, cand: _Candidate) -> None:
-        """Worker thread: :meth:`_ur_remove_orphans` for a candidacy that failed, until it worked."""
+    def _remove_orphans_later(self, cand: _Candidate) -> None:
+        """Worker thread: :meth:`_remove_orphans` for a candidacy that failed, until it worked."""
         try:
-            self._ur_remove_orphans(cand)
+            self._remove_orphans(cand)
         except StoreClosedError:
             return
         except MetadataError as e:
             log.warning("could not look for orphan auditor votes (%s); retrying in %g s", e, RETRY_S)
-            self._ur_worker.submit_later(RETRY_S, partial(self._ur_remove_orphans_later, cand))
+            self._worker.submit_later(RETRY_S, partial(self._remove_orphans_later, cand))
 
-    def _ur_delete_vote(self, name: str) -> None:
+    def _delete_vote(self, name: str) -> None:
         try:
-            self._ur_delete(f"{self.paths.auditor_election}/{name}")
+            self._nodes.delete(f"{self._paths.auditor_election}/{name}")
         except NoNodeError:
             pass
 
-    def _ur_step(self, cand: _Candidate) -> None:
+    def _step(self, cand: _Candidate) -> None:
         """Worker thread: stand if we have no vote, then see whether we lead; retry on errors."""
         cand.retry_pending = False
         if cand.withdrawn:
             return
         try:
             for _ in range(_RECHECKS_MAX):
-                self._ur_stand(cand)
-                if cand.withdrawn or self._ur_check(cand):
+                self._stand(cand)
+                if cand.withdrawn or self._check(cand):
                     return
         except StoreClosedError:
             return
@@ -181,37 +186,37 @@ class AuditorElection:
             log.warning("auditor election for %s: %s; retrying in %g s", cand.candidate_id, e, RETRY_S)
         if not cand.retry_pending and not cand.withdrawn:
             cand.retry_pending = True
-            self._ur_worker.submit_later(RETRY_S, partial(self._ur_step, cand))
+            self._worker.submit_later(RETRY_S, partial(self._step, cand))
 
-    def _ur_check(self, cand: _Candidate) -> bool:
+    def _check(self, cand: _Candidate) -> bool:
         """One look at the votes; True when settled (auditor, or watching our predecessor)."""
         vote = cand.vote
         if vote is None:
             return False
-        votes = self._ur_votes()
+        votes = self._votes()
         if vote not in votes:  # gone with a session we had not heard was lost yet
             with cand.lock:
                 if cand.vote == vote:
                     cand.vote = None
-            self._ur_tell(cand, False)
+            self._tell(cand, False)
             return False
         index = votes.index(vote)
         if index == 0:
-            self._ur_tell(cand, True)
+            self._tell(cand, True)
             return True
-        if self._ur_watch(f"{self.paths.auditor_election}/{votes[index - 1]}", cand.wake) is None:
+        if self._nodes.watch(f"{self._paths.auditor_election}/{votes[index - 1]}", cand.wake) is None:
             return False  # the one before us went meanwhile: look again
-        self._ur_tell(cand, False)
+        self._tell(cand, False)
         return True
 
-    def _ur_lost(self, cand: _Candidate) -> None:
+    def _lost(self, cand: _Candidate) -> None:
         """Worker thread: the session (and the vote with it) is gone; tell, then stand again."""
         with cand.lock:
             cand.vote = None
-        self._ur_tell(cand, False)
-        self._ur_step(cand)
+        self._tell(cand, False)
+        self._step(cand)
 
-    def _ur_tell(self, cand: _Candidate, is_auditor: bool) -> None:
+    def _tell(self, cand: _Candidate, is_auditor: bool) -> None:
         """Worker thread: tell ``on_change`` about a change of role (never twice the same)."""
         with cand.lock:
             if cand.is_auditor == is_auditor or (is_auditor and cand.withdrawn):
@@ -222,29 +227,29 @@ class AuditorElection:
         except Exception:
             log.exception("auditor election callback %r failed", cand.on_change)
 
-    def _ur_withdraw(self, cand: _Candidate) -> None:
+    def _withdraw(self, cand: _Candidate) -> None:
         """Delete our vote (idempotent); the auditor is told False on the store's thread."""
         with cand.lock:
             if cand.withdrawn:
                 return
             cand.withdrawn = True
             vote, cand.vote = cand.vote, None
-        with self._ur_mutex:
-            self._ur_candidates.discard(cand)
-        self._ur_worker.submit(partial(self._ur_tell_withdrawn, cand))
+        with self._mutex:
+            self._candidates.discard(cand)
+        self._worker.submit(partial(self._tell_withdrawn, cand))
         if vote is not None:
-            self._ur_withdraw_vote(vote)
+            self._withdraw_vote(vote)
 
-    def _ur_tell_withdrawn(self, cand: _Candidate) -> None:
-        self._ur_tell(cand, False)
+    def _tell_withdrawn(self, cand: _Candidate) -> None:
+        self._tell(cand, False)
 
-    def _ur_withdraw_vote(self, vote: str) -> None:
+    def _withdraw_vote(self, vote: str) -> None:
         """Delete a withdrawn candidate's vote, retrying in the background while ZooKeeper is
         unreachable: a vote left behind would keep the auditor's seat until our session ends."""
         try:
-            self._ur_delete_vote(vote)
+            self._delete_vote(vote)
         except StoreClosedError:
             return
         except MetadataError as e:
             log.warning("could not delete auditor vote %s (%s); retrying in %g s", vote, e, RETRY_S)
-            self._ur_worker.submit_later(RETRY_S, partial(self._ur_withdraw_vote, vote))
+            self._worker.submit_later(RETRY_S, partial(self._withdraw_vote, vote))

@@ -1,6 +1,6 @@
 """The records of the under-replication area (small, versioned JSON, UTF-8), encoded and checked.
 
-See :mod:`metadata.underreplication.base` for what each node is for.
+See :mod:`metadata.underreplication.store` for what each node is for.
 """
 
 from __future__ import annotations

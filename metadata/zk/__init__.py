@@ -1,4 +1,4 @@
-"""The ZooKeeper implementation of the metadata store: the only package that imports kazoo."""
+"""The ZooKeeper implementation of the metadata store's node layer: the only package that imports kazoo."""
 
 from metadata.zk.store import ZkMetadataStore
 

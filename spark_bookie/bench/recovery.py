@@ -156,13 +156,9 @@ def _time_repair(sb: Any, victim: Any, on_victim: set[int], timeout_s: float) ->
 
 
 def _queued_ids(store: Any) -> list[int]:
-    """The queued ledger ids, cheaply (the bucket listing cached between watch events) when the
-    store offers it; an empty answer is exact either way."""
-    from metadata.underreplication.base import UnderReplicationBase
-
-    if isinstance(store, UnderReplicationBase):
-        return store.underreplicated_ids()
-    return list(store.list_underreplicated())
+    """The queued ledger ids, cheaply (the bucket listing cached between watch events); an empty
+    answer is exact."""
+    return list(store.underreplication.underreplicated_ids())
 
 
 def _no_longer_naming(store: Any, ledger_ids: list[int], bookie: str) -> set[int]:

@@ -4,12 +4,10 @@ then the same change committed through both stores (real ZooKeeper and the in-me
 from __future__ import annotations
 
 import random
-import uuid
-from collections.abc import Iterator
 
 import pytest
 
-from metadata import BadVersionError, InMemoryMetadataStore, InMemoryZooKeeper, InvalidMetadataError, connect
+from metadata import BadVersionError, InvalidMetadataError, MetadataStore
 from metadata.streams import SegmentState, StreamMeta, StreamView
 from metadata.streams import linking as ln
 from metadata.streams import transitions as tr
@@ -107,35 +105,27 @@ def test_batch_write_records_are_pruned_oldest_first(seed):
 # ------------------------------------------------------------------ through both stores
 
 
-@pytest.fixture(params=[pytest.param("memory", marks=pytest.mark.unit),
-                        pytest.param("zk", marks=pytest.mark.integration)])
-def store(request: pytest.FixtureRequest) -> Iterator[object]:
-    root = f"/t-{uuid.uuid4().hex[:8]}/ledgers"
-    if request.param == "memory":
-        s = InMemoryMetadataStore(InMemoryZooKeeper(session_timeout_ms=2000), root=root)
-    else:
-        s = connect(f"{request.getfixturevalue('zk_server')}{root}", session_timeout_ms=2000, op_timeout_ms=5000)
-    s.init_cluster()
-    s.create_namespace("ns", b'{"v":1,"settings":{}}')
-    s.create_stream("ns", "s", StreamMeta(ctime_ms=1))
-    try:
-        yield s
-    finally:
-        s.close()
+@pytest.fixture
+def stream_store(store: MetadataStore) -> MetadataStore:
+    """An initialised cluster with stream ``ns/s`` (the ``store`` fixture: both backends)."""
+    store.streams.create_namespace("ns", b'{"v":1,"settings":{}}')
+    store.streams.create_stream("ns", "s", StreamMeta(ctime_ms=1))
+    return store
 
 
-def test_linking_commits_segments_and_the_batch_in_one_change(store):
-    v0 = store.read_stream("ns", "s")
+def test_linking_commits_segments_and_the_batch_in_one_change(stream_store: MetadataStore) -> None:
+    store = stream_store
+    v0 = store.streams.read_stream("ns", "s")
     b = ln.SparkBatch.query("q1", 0)
     ch = ln.link_batch(v0, b, [task(0, 11, 4), task(1, 12, 6)], 5)
-    store.commit_stream("ns", "s", v0.version, ch)
-    v1 = store.read_stream("ns", "s")
+    store.streams.commit_stream("ns", "s", v0.version, ch)
+    v1 = store.streams.read_stream("ns", "s")
     assert [(s.sequence, s.ledger_id, s.state, s.first_txid, s.last_txid) for s in v1.ordered()] == \
         [(1, 11, SegmentState.SEALED, 0, 3), (2, 12, SegmentState.SEALED, 4, 9)]
     assert v1.meta.spark_batches == {"q:q1": 0} and v1.meta.max_txid == 9
     assert ln.link_batch(v1, b, [task(0, 13, 1)], 6) is None
     # a commit decided on the old view loses its CAS: nothing is linked twice
     with pytest.raises(BadVersionError):
-        store.commit_stream("ns", "s", v0.version, ln.link_batch(v0, b, [task(0, 14, 1)], 7))
-    assert store.read_stream("ns", "s") == v1
+        store.streams.commit_stream("ns", "s", v0.version, ln.link_batch(v0, b, [task(0, 14, 1)], 7))
+    assert store.streams.read_stream("ns", "s") == v1
     assert ln.linked_ledgers(v1) == {11, 12}

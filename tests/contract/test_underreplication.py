@@ -10,13 +10,12 @@ from __future__ import annotations
 import json
 import threading
 import time
-import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from contract_helpers import Backend, Events, wait_until
 
 from metadata import (
     InMemoryMetadataStore,
@@ -28,89 +27,9 @@ from metadata import (
     connect,
 )
 from metadata.layout import ZkLayout, ur_ledger_id
+from metadata.underreplication.election import ordered_votes
 
-SESSION_TIMEOUT_MS = 2000  # the smallest the embedded ZooKeeper allows (its min_session_timeout_ms)
 FAILOVER_S = 10.0  # an expired or withdrawn auditor is replaced well within this
-
-
-@dataclass
-class Backend:
-    kind: str
-    make: Callable[[], MetadataStore]  # a new store (= a new session) on the test's root
-    expire: Callable[[MetadataStore], None]  # expire a store's session on the server side
-
-
-@pytest.fixture(
-    params=[pytest.param("memory", marks=pytest.mark.unit), pytest.param("zk", marks=pytest.mark.integration)]
-)
-def backend(request: pytest.FixtureRequest) -> Iterator[Backend]:
-    stores: list[MetadataStore] = []
-    if request.param == "memory":
-        zk = InMemoryZooKeeper(session_timeout_ms=SESSION_TIMEOUT_MS)
-        root = f"/t-{uuid.uuid4().hex[:8]}/ledgers"
-
-        def make() -> MetadataStore:
-            stores.append(InMemoryMetadataStore(zk, root=root))
-            return stores[-1]
-
-        def expire(store: MetadataStore) -> None:
-            assert isinstance(store, InMemoryMetadataStore)
-            store.expire_session()
-
-        yield Backend("memory", make, expire)
-    else:
-        connect_string = f"{request.getfixturevalue('zk_server')}/t-{uuid.uuid4().hex[:8]}/ledgers"
-
-        def make() -> MetadataStore:
-            stores.append(connect(connect_string, session_timeout_ms=SESSION_TIMEOUT_MS, op_timeout_ms=5000))
-            return stores[-1]
-
-        def expire(store: MetadataStore) -> None:
-            from metadata.zk.testing import expire_session  # kazoo stays under metadata/zk/
-
-            expire_session(store, timeout_s=SESSION_TIMEOUT_MS / 1000)
-
-        yield Backend("zk", make, expire)
-    for store in stores:
-        store.close()
-
-
-@pytest.fixture
-def store(backend: Backend) -> MetadataStore:
-    """An initialised cluster and one session on it."""
-    s = backend.make()
-    s.init_cluster()
-    return s
-
-
-class Events:
-    """Records callback calls (and the threads they came on); a test waits for a condition."""
-
-    def __init__(self) -> None:
-        self.calls: list[object] = []
-        self.threads: set[str] = set()
-        self.cond = threading.Condition()
-
-    def __call__(self, value: object) -> None:
-        with self.cond:
-            self.calls.append(value)
-            self.threads.add(threading.current_thread().name)
-            self.cond.notify_all()
-
-    def wait_until(self, predicate: Callable[[list[object]], bool], timeout_s: float = 30.0) -> None:
-        deadline = time.monotonic() + timeout_s
-        with self.cond:
-            while not predicate(self.calls):
-                remaining = deadline - time.monotonic()
-                assert remaining > 0, f"condition not met; calls so far: {self.calls}"
-                self.cond.wait(remaining)
-
-
-def wait_until(predicate: Callable[[], bool], timeout_s: float = 30.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
 
 
 # -- layout -----------------------------------------------------------------------------------------
@@ -190,78 +109,58 @@ def test_queue_view_serves_listings_until_their_watch_fires(monkeypatch: pytest.
 
 # -- the queue ----------------------------------------------------------------------------------------
 def test_mark_merges_and_lists(backend: Backend, store: MetadataStore) -> None:
-    assert store.list_underreplicated() == {}
-    store.mark_underreplicated(1, ["b:2"])
-    store.mark_underreplicated(1, ["b:1", "b:2"])  # merged, no duplicate
-    store.mark_underreplicated(1, ["b:1"])  # idempotent
-    store.mark_underreplicated(2**40 + 3, ["b:3"])
-    assert store.list_underreplicated() == {1: ["b:1", "b:2"], 2**40 + 3: ["b:3"]}
-    assert store.missing_replicas(1) == ["b:1", "b:2"] and store.missing_replicas(7) is None
+    assert store.underreplication.list_underreplicated() == {}
+    store.underreplication.mark_underreplicated(1, ["b:2"])
+    store.underreplication.mark_underreplicated(1, ["b:1", "b:2"])  # merged, no duplicate
+    store.underreplication.mark_underreplicated(1, ["b:1"])  # idempotent
+    store.underreplication.mark_underreplicated(2**40 + 3, ["b:3"])
+    assert store.underreplication.list_underreplicated() == {1: ["b:1", "b:2"], 2**40 + 3: ["b:3"]}
+    assert store.underreplication.missing_replicas(1) == ["b:1", "b:2"]
+    assert store.underreplication.missing_replicas(7) is None
     others = [backend.make() for _ in range(4)]
     with ThreadPoolExecutor(4) as pool:  # concurrent marks from several sessions all land (CAS)
-        list(pool.map(lambda i: others[i % 4].mark_underreplicated(9, [f"x:{i}"]), range(16)))
-    assert store.missing_replicas(9) == sorted(f"x:{i}" for i in range(16))
+        list(pool.map(lambda i: others[i % 4].underreplication.mark_underreplicated(9, [f"x:{i}"]), range(16)))
+    assert store.underreplication.missing_replicas(9) == sorted(f"x:{i}" for i in range(16))
     with pytest.raises(ValueError):
-        store.mark_underreplicated(-1, ["b:1"])
+        store.underreplication.mark_underreplicated(-1, ["b:1"])
     with pytest.raises(ValueError):
-        store.mark_underreplicated(5, ["bad/id"])
+        store.underreplication.mark_underreplicated(5, ["bad/id"])
 
 
 def test_mark_many_creates_merges_and_makes_buckets(backend: Backend, store: MetadataStore) -> None:
-    store.mark_underreplicated(7, ["b:1"])
+    store.underreplication.mark_underreplicated(7, ["b:1"])
     many = {lid: ["b:2"] for lid in range(0, 600, 3)} | {2**40 + 5: ["b:2", "b:3"]}
-    store.mark_underreplicated_many(many)   # new ledgers, new buckets at every level, and one already marked
-    store.mark_underreplicated_many({})
+    # new ledgers, new buckets at every level, and one already marked
+    store.underreplication.mark_underreplicated_many(many)
+    store.underreplication.mark_underreplicated_many({})
     want = {lid: list(m) for lid, m in many.items()}
     want[7] = ["b:1"]
-    assert backend.make().list_underreplicated() == want | {7: ["b:1"]}
-    store.mark_underreplicated_many({3: ["b:9"], 7: ["b:2"]})   # merges into existing marks
-    assert store.missing_replicas(3) == ["b:2", "b:9"] and store.missing_replicas(7) == ["b:1", "b:2"]
+    assert backend.make().underreplication.list_underreplicated() == want | {7: ["b:1"]}
+    store.underreplication.mark_underreplicated_many({3: ["b:9"], 7: ["b:2"]})   # merges into existing marks
+    assert store.underreplication.missing_replicas(3) == ["b:2", "b:9"]
+    assert store.underreplication.missing_replicas(7) == ["b:1", "b:2"]
     with pytest.raises(ValueError):
-        store.mark_underreplicated_many({5: ["bad/id"]})
-
-
-def test_a_multi_applies_all_of_a_group_or_none_of_it(backend: Backend, store: MetadataStore) -> None:
-    """The primitive under marking and unmarking: groups go together, each atomic."""
-    from metadata.underreplication.base import Op, UnderReplicationBase
-
-    assert isinstance(store, UnderReplicationBase)
-    root = store.paths.ur_ledgers
-    lock = store.paths.ur_lock(1)
-    applied = store._ur_multi([
-        [Op("create", f"{root}/a"), Op("create", f"{root}/a/b", b"x")],            # parent first: fine
-        [Op("create", f"{root}/c"), Op("create", f"{root}/nope/b")],                 # 2nd fails: no /c either
-        [Op("create", lock, ephemeral=True), Op("delete", f"{root}/a/b", version=7)],  # bad version: no lock
-        [Op("create", f"{root}/a/d"), Op("delete", f"{root}/a")],                     # not empty
-    ], retry=True)
-    assert applied == [True, False, False, False]
-    assert store._ur_children_many([root, f"{root}/a"], watch=False) == [["a"], ["b"]]
-    assert store._ur_get_many([lock]) == [None]
-    assert store._ur_multi([[Op("delete", f"{root}/a/b", version=0), Op("delete", f"{root}/a")]],
-                           retry=False) == [True]
-    assert store._ur_children_many([root], watch=False) == [[]]
-    with pytest.raises(ValueError):
-        store._ur_multi([[Op("get", f"{root}/a")]], retry=True)
+        store.underreplication.mark_underreplicated_many({5: ["bad/id"]})
 
 
 def test_queue_needs_an_initialised_cluster(backend: Backend) -> None:
     fresh = backend.make()
     with pytest.raises(NoNodeError, match="init"):
-        fresh.mark_underreplicated(1, ["b:1"])
+        fresh.underreplication.mark_underreplicated(1, ["b:1"])
     with pytest.raises(NoNodeError, match="init"):
-        fresh.elect_auditor("a", lambda _: None)
-    assert fresh.current_auditor() is None and fresh.list_underreplicated() == {}
+        fresh.underreplication.elect_auditor("a", lambda _: None)
+    assert fresh.underreplication.current_auditor() is None and fresh.underreplication.list_underreplicated() == {}
 
 
 def test_workers_never_acquire_the_same_ledger(backend: Backend, store: MetadataStore) -> None:
     ids = set(range(1, 31)) | {2**33 + 5}
     for lid in ids:
-        store.mark_underreplicated(lid, ["b:1"])
+        store.underreplication.mark_underreplicated(lid, ["b:1"])
     workers = [backend.make() for _ in range(3)]
 
     def drain(s: MetadataStore) -> list[int]:
         got = []
-        while (lid := s.acquire_underreplicated(0)) is not None:
+        while (lid := s.underreplication.acquire_underreplicated(0)) is not None:
             got.append(lid)
         return got
 
@@ -269,107 +168,106 @@ def test_workers_never_acquire_the_same_ledger(backend: Backend, store: Metadata
         runs = list(pool.map(drain, workers))
     taken = [lid for run in runs for lid in run]
     assert sorted(taken) == sorted(ids)  # each exactly once
-    assert store.acquire_underreplicated(200) is None  # all locked by the workers
-    assert store.list_underreplicated().keys() == ids  # locking does not dequeue
+    assert store.underreplication.acquire_underreplicated(200) is None  # all locked by the workers
+    assert store.underreplication.list_underreplicated().keys() == ids  # locking does not dequeue
 
 
 def test_acquire_honours_exclude_and_own_locks(store: MetadataStore) -> None:
-    store.mark_underreplicated(1, ["b:1"])
-    store.mark_underreplicated(2, ["b:1"])
-    assert store.acquire_underreplicated(100, exclude=[1]) == 2
-    assert store.acquire_underreplicated(100, exclude=[1]) is None  # 2 is ours already
-    assert store.acquire_underreplicated(100) == 1
-    store.release_underreplicated(1)
-    store.release_underreplicated(1)  # idempotent
-    store.release_underreplicated(99)  # never held: no-op
-    assert store.acquire_underreplicated(100, exclude=[2]) == 1
+    store.underreplication.mark_underreplicated(1, ["b:1"])
+    store.underreplication.mark_underreplicated(2, ["b:1"])
+    assert store.underreplication.acquire_underreplicated(100, exclude=[1]) == 2
+    assert store.underreplication.acquire_underreplicated(100, exclude=[1]) is None  # 2 is ours already
+    assert store.underreplication.acquire_underreplicated(100) == 1
+    store.underreplication.release_underreplicated(1)
+    store.underreplication.release_underreplicated(1)  # idempotent
+    store.underreplication.release_underreplicated(99)  # never held: no-op
+    assert store.underreplication.acquire_underreplicated(100, exclude=[2]) == 1
 
 
 def test_acquire_wakes_when_a_ledger_is_marked(backend: Backend, store: MetadataStore) -> None:
     marker = backend.make()
-    threading.Timer(0.5, marker.mark_underreplicated, (42, ["b:1"])).start()
+    threading.Timer(0.5, marker.underreplication.mark_underreplicated, (42, ["b:1"])).start()
     started = time.monotonic()
-    assert store.acquire_underreplicated(20_000) == 42
+    assert store.underreplication.acquire_underreplicated(20_000) == 42
     assert time.monotonic() - started < 3  # woken by a watch, not the belt-and-braces re-scan
 
 
 def test_acquire_wakes_when_a_lock_is_released(backend: Backend, store: MetadataStore) -> None:
     holder = backend.make()
-    store.mark_underreplicated(7, ["b:1"])
-    assert holder.acquire_underreplicated(1000) == 7
-    threading.Timer(0.5, holder.release_underreplicated, (7,)).start()
+    store.underreplication.mark_underreplicated(7, ["b:1"])
+    assert holder.underreplication.acquire_underreplicated(1000) == 7
+    threading.Timer(0.5, holder.underreplication.release_underreplicated, (7,)).start()
     started = time.monotonic()
-    assert store.acquire_underreplicated(20_000) == 7
+    assert store.underreplication.acquire_underreplicated(20_000) == 7
     assert time.monotonic() - started < 3
 
 
 def test_lock_is_freed_when_its_session_expires(backend: Backend, store: MetadataStore) -> None:
     worker, other = backend.make(), backend.make()
-    store.mark_underreplicated(5, ["b:1"])
-    assert worker.acquire_underreplicated(1000) == 5
-    assert other.acquire_underreplicated(200) is None
+    store.underreplication.mark_underreplicated(5, ["b:1"])
+    assert worker.underreplication.acquire_underreplicated(1000) == 5
+    assert other.underreplication.acquire_underreplicated(200) is None
     events = Events()
     worker.add_session_listener(events)
     backend.expire(worker)
     started = time.monotonic()
-    assert other.acquire_underreplicated(20_000) == 5
+    assert other.underreplication.acquire_underreplicated(20_000) == 5
     assert time.monotonic() - started < 5
     events.wait_until(lambda calls: SessionEvent.LOST in calls)
-    assert worker.mark_replicated(5) is False  # the lock died with the session: forget it
-    assert store.list_underreplicated() == {5: ["b:1"]}
-    worker.release_underreplicated(5)  # no-op: must not touch other's lock
-    assert store.acquire_underreplicated(200) is None
-    assert other.mark_replicated(5) is True
-    assert store.list_underreplicated() == {}
+    assert worker.underreplication.mark_replicated(5) is False  # the lock died with the session: forget it
+    assert store.underreplication.list_underreplicated() == {5: ["b:1"]}
+    worker.underreplication.release_underreplicated(5)  # no-op: must not touch other's lock
+    assert store.underreplication.acquire_underreplicated(200) is None
+    assert other.underreplication.mark_replicated(5) is True
+    assert store.underreplication.list_underreplicated() == {}
 
 
 def test_mark_replicated_is_a_cas_on_the_acquired_version(backend: Backend, store: MetadataStore) -> None:
     auditor = backend.make()
-    store.mark_underreplicated(3, ["b:1"])
-    assert store.acquire_underreplicated(1000) == 3
-    auditor.mark_underreplicated(3, ["b:2"])  # another bookie died while we replicated
-    assert store.mark_replicated(3) is False
-    assert auditor.list_underreplicated() == {3: ["b:1", "b:2"]}  # stays queued
-    assert auditor.acquire_underreplicated(1000) == 3  # and our lock was released
-    assert auditor.mark_replicated(3) is True
-    assert store.list_underreplicated() == {} and store.missing_replicas(3) is None
-    assert store.mark_replicated(3) is True  # already gone
-    store.mark_underreplicated(3, ["b:3"])  # the pruned buckets come back
-    assert store.mark_replicated(3) is False  # not acquired: nothing deleted
-    assert store.list_underreplicated() == {3: ["b:3"]}
+    store.underreplication.mark_underreplicated(3, ["b:1"])
+    assert store.underreplication.acquire_underreplicated(1000) == 3
+    auditor.underreplication.mark_underreplicated(3, ["b:2"])  # another bookie died while we replicated
+    assert store.underreplication.mark_replicated(3) is False
+    assert auditor.underreplication.list_underreplicated() == {3: ["b:1", "b:2"]}  # stays queued
+    assert auditor.underreplication.acquire_underreplicated(1000) == 3  # and our lock was released
+    assert auditor.underreplication.mark_replicated(3) is True
+    assert store.underreplication.list_underreplicated() == {} and store.underreplication.missing_replicas(3) is None
+    assert store.underreplication.mark_replicated(3) is True  # already gone
+    store.underreplication.mark_underreplicated(3, ["b:3"])  # the pruned buckets come back
+    assert store.underreplication.mark_replicated(3) is False  # not acquired: nothing deleted
+    assert store.underreplication.list_underreplicated() == {3: ["b:3"]}
 
 
 def test_cached_listings_never_hand_out_a_finished_ledger(backend: Backend, store: MetadataStore) -> None:
     """Acquire works from bucket listings cached between watch events: another session finishing
     ledgers (or marking new ones) must neither make it hand out a ledger whose node is gone nor
     hide a new one."""
-    from metadata.underreplication.base import UnderReplicationBase
-
-    assert isinstance(store, UnderReplicationBase)
     other = backend.make()
     for lid in range(1, 41):
-        store.mark_underreplicated(lid, ["b:1"])
-    mine = store.acquire_underreplicated(0)  # lists (and caches) the whole queue
-    assert mine is not None and store.acquired_missing_replicas(mine) == ["b:1"]
+        store.underreplication.mark_underreplicated(lid, ["b:1"])
+    mine = store.underreplication.acquire_underreplicated(0)  # lists (and caches) the whole queue
+    assert mine is not None and store.underreplication.acquired_missing_replicas(mine) == ["b:1"]
     finished = []
-    while (lid := other.acquire_underreplicated(0)) is not None:
-        assert other.mark_replicated(lid) is True
+    while (lid := other.underreplication.acquire_underreplicated(0)) is not None:
+        assert other.underreplication.mark_replicated(lid) is True
         finished.append(lid)
     assert sorted([*finished, mine]) == list(range(1, 41))
-    assert store.acquire_underreplicated(0) is None  # stale hints are tried, never returned
-    assert store.underreplicated_ids() in ([mine], sorted([mine, *finished]))  # a hint, exact once tidy
-    other.mark_underreplicated(1000, ["b:2"])
-    other.mark_underreplicated(2**40 + 1, ["b:2", "b:3"])
-    got = {store.acquire_underreplicated(10_000), store.acquire_underreplicated(10_000)}
+    assert store.underreplication.acquire_underreplicated(0) is None  # stale hints are tried, never returned
+    # a hint, exact once tidy
+    assert store.underreplication.underreplicated_ids() in ([mine], sorted([mine, *finished]))
+    other.underreplication.mark_underreplicated(1000, ["b:2"])
+    other.underreplication.mark_underreplicated(2**40 + 1, ["b:2", "b:3"])
+    got = {store.underreplication.acquire_underreplicated(10_000) for _ in range(2)}
     assert got == {1000, 2**40 + 1}
-    assert store.acquired_missing_replicas(2**40 + 1) == ["b:2", "b:3"]
-    assert store.acquired_missing_replicas(finished[0]) is None  # not ours
+    assert store.underreplication.acquired_missing_replicas(2**40 + 1) == ["b:2", "b:3"]
+    assert store.underreplication.acquired_missing_replicas(finished[0]) is None  # not ours
     for lid in (mine, 1000, 2**40 + 1):
-        assert store.mark_replicated(lid) is True
-    wait_until(lambda: store.underreplicated_ids() == [], 10, "the buckets to be pruned")
-    assert store.list_underreplicated() == {}
-    other.mark_underreplicated(7, ["b:4"])  # its buckets come back: seen at once, not after a re-scan
-    wait_until(lambda: store.underreplicated_ids() == [7], 2, "another session's mark in pruned buckets")
+        assert store.underreplication.mark_replicated(lid) is True
+    wait_until(lambda: store.underreplication.underreplicated_ids() == [], 10, "the buckets to be pruned")
+    assert store.underreplication.list_underreplicated() == {}
+    other.underreplication.mark_underreplicated(7, ["b:4"])  # its buckets come back: seen at once, not after a re-scan
+    wait_until(lambda: store.underreplication.underreplicated_ids() == [7], 2,
+               "another session's mark in pruned buckets")
 
 
 def test_concurrent_workers_drain_a_changing_queue(backend: Backend, store: MetadataStore, seed: int) -> None:
@@ -389,7 +287,7 @@ def test_concurrent_workers_drain_a_changing_queue(backend: Backend, store: Meta
         s, r = workers[w], random.Random(seed + w)
         idle_since = time.monotonic()
         while time.monotonic() - idle_since < 1.5:
-            lid = s.acquire_underreplicated(100)
+            lid = s.underreplication.acquire_underreplicated(100)
             if lid is None:
                 continue
             idle_since = time.monotonic()
@@ -401,75 +299,75 @@ def test_concurrent_workers_drain_a_changing_queue(backend: Backend, store: Meta
             with guard:
                 del holders[lid]
             if r.random() < 0.2:
-                s.release_underreplicated(lid)
+                s.underreplication.release_underreplicated(lid)
             else:
-                s.mark_replicated(lid)  # False when re-marked meanwhile: it stays queued
+                s.underreplication.mark_replicated(lid)  # False when re-marked meanwhile: it stays queued
 
     with ThreadPoolExecutor(4) as pool:
         futures = [pool.submit(work, w) for w in range(3)]
         for lid in ids:
-            store.mark_underreplicated(lid, [f"b:{rng.randrange(3)}"])
+            store.underreplication.mark_underreplicated(lid, [f"b:{rng.randrange(3)}"])
             if rng.random() < 0.3:
-                store.mark_underreplicated(rng.choice(ids), ["b:9"])  # a new failure, maybe while held
+                store.underreplication.mark_underreplicated(rng.choice(ids), ["b:9"])  # a new failure, maybe while held
         for f in futures:
             f.result()
     assert errors == []
-    wait_until(lambda: store.list_underreplicated() == {}, 20, "the queue to drain")
+    wait_until(lambda: store.underreplication.list_underreplicated() == {}, 20, "the queue to drain")
 
     def tidy() -> bool:  # buckets a prune skipped go once a search has seen them empty for a while
-        assert store.acquire_underreplicated(0) is None
-        return store._ur_children_many([store.paths.ur_ledgers], watch=False)[0] == []  # type: ignore[attr-defined]
+        assert store.underreplication.acquire_underreplicated(0) is None
+        return store.nodes.children(store.paths.ur_ledgers) == []
 
     wait_until(tidy, 10, "the emptied buckets to be pruned")
 
 
 def test_disable_stops_acquire_and_enable_wakes_it(backend: Backend, store: MetadataStore) -> None:
     switch = backend.make()
-    store.mark_underreplicated(11, ["b:1"])
-    assert store.is_replication_enabled()
-    switch.set_replication_enabled(False)
-    switch.set_replication_enabled(False)  # idempotent
-    assert not store.is_replication_enabled()
+    store.underreplication.mark_underreplicated(11, ["b:1"])
+    assert store.underreplication.is_replication_enabled()
+    switch.underreplication.set_replication_enabled(False)
+    switch.underreplication.set_replication_enabled(False)  # idempotent
+    assert not store.underreplication.is_replication_enabled()
     started = time.monotonic()
-    assert store.acquire_underreplicated(300) is None
+    assert store.underreplication.acquire_underreplicated(300) is None
     assert time.monotonic() - started >= 0.25
-    threading.Timer(0.5, switch.set_replication_enabled, (True,)).start()
+    threading.Timer(0.5, switch.underreplication.set_replication_enabled, (True,)).start()
     started = time.monotonic()
-    assert store.acquire_underreplicated(20_000) == 11
+    assert store.underreplication.acquire_underreplicated(20_000) == 11
     assert time.monotonic() - started < 3
-    switch.set_replication_enabled(True)  # idempotent
-    assert store.is_replication_enabled()
+    switch.underreplication.set_replication_enabled(True)  # idempotent
+    assert store.underreplication.is_replication_enabled()
 
 
 def test_lost_bookie_recovery_delay(backend: Backend, store: MetadataStore) -> None:
     writer = backend.make()
-    assert store.lost_bookie_recovery_delay_s() == 0
+    assert store.underreplication.lost_bookie_recovery_delay_s() == 0
     events = Events()
-    cancel = store.watch_lost_bookie_recovery_delay(events)
+    cancel = store.underreplication.watch_lost_bookie_recovery_delay(events)
     events.wait_until(lambda calls: calls == [0])
-    writer.set_lost_bookie_recovery_delay_s(30)
+    writer.underreplication.set_lost_bookie_recovery_delay_s(30)
     events.wait_until(lambda calls: calls == [0, 30])
-    assert store.lost_bookie_recovery_delay_s() == 30
-    writer.set_lost_bookie_recovery_delay_s(30)  # no change: no call
-    writer.set_lost_bookie_recovery_delay_s(0)
+    assert store.underreplication.lost_bookie_recovery_delay_s() == 30
+    writer.underreplication.set_lost_bookie_recovery_delay_s(30)  # no change: no call
+    writer.underreplication.set_lost_bookie_recovery_delay_s(0)
     events.wait_until(lambda calls: calls == [0, 30, 0])
     for bad in (-1, True, "5", 1.5):
         with pytest.raises(ValueError):
-            writer.set_lost_bookie_recovery_delay_s(bad)  # type: ignore[arg-type]
+            writer.underreplication.set_lost_bookie_recovery_delay_s(bad)  # type: ignore[arg-type]
     cancel()
-    writer.set_lost_bookie_recovery_delay_s(7)
+    writer.underreplication.set_lost_bookie_recovery_delay_s(7)
     time.sleep(0.3)
-    assert events.calls == [0, 30, 0] and store.lost_bookie_recovery_delay_s() == 7
+    assert events.calls == [0, 30, 0] and store.underreplication.lost_bookie_recovery_delay_s() == 7
     assert all("underreplication" in name for name in events.threads), events.threads
 
 
 def test_delay_watch_survives_session_expiry(backend: Backend, store: MetadataStore) -> None:
     writer = backend.make()
     events = Events()
-    store.watch_lost_bookie_recovery_delay(events)
+    store.underreplication.watch_lost_bookie_recovery_delay(events)
     events.wait_until(lambda calls: calls == [0])
     backend.expire(store)
-    writer.set_lost_bookie_recovery_delay_s(12)
+    writer.underreplication.set_lost_bookie_recovery_delay_s(12)
     events.wait_until(lambda calls: calls[-1] == 12)
 
 
@@ -477,7 +375,7 @@ def test_delay_watch_survives_session_expiry(backend: Backend, store: MetadataSt
 class Candidate:
     def __init__(self, store: MetadataStore, name: str) -> None:
         self.store, self.name, self.events = store, name, Events()
-        self.withdraw = store.elect_auditor(name, self.events)
+        self.withdraw = store.underreplication.elect_auditor(name, self.events)
 
     @property
     def is_auditor(self) -> bool:
@@ -495,11 +393,11 @@ def _sole_auditor(candidates: list[Candidate]) -> Candidate:
 
 
 def test_election_has_exactly_one_auditor_and_fails_over(backend: Backend, store: MetadataStore) -> None:
-    assert store.current_auditor() is None
+    assert store.underreplication.current_auditor() is None
     candidates = [Candidate(backend.make(), f"auditor-{i}") for i in range(3)]
     first = _sole_auditor(candidates)
     assert first.name == "auditor-0"  # the lowest vote: the first to stand
-    assert store.current_auditor() == first.name
+    assert store.underreplication.current_auditor() == first.name
 
     first.withdraw()
     first.withdraw()  # idempotent
@@ -508,16 +406,16 @@ def test_election_has_exactly_one_auditor_and_fails_over(backend: Backend, store
     started = time.monotonic()
     second = _sole_auditor(rest)
     print(f"failover after withdraw: {time.monotonic() - started:.2f} s")
-    assert store.current_auditor() == second.name
+    assert store.underreplication.current_auditor() == second.name
 
     backend.expire(second.store)  # the auditor's session expires: it is told False, stands again
     second.events.wait_until(lambda calls: calls[-2:] == [True, False], FAILOVER_S)
     third = _sole_auditor(rest)
-    assert third is not second and store.current_auditor() == third.name
+    assert third is not second and store.underreplication.current_auditor() == third.name
     wait_until(lambda: len(_votes(store)) == 2, FAILOVER_S, "the expired candidate to stand again")
     third.withdraw()
     assert _sole_auditor(rest) is second  # its new vote on the new session is next
-    assert store.current_auditor() == second.name
+    assert store.underreplication.current_auditor() == second.name
     for c in candidates:
         assert all("underreplication" in name for name in c.events.threads), c.events.threads
         assert all(a != b for a, b in zip(c.events.calls, c.events.calls[1:], strict=False)), c.events.calls
@@ -528,31 +426,28 @@ def test_closing_the_auditor_store_hands_over(backend: Backend, store: MetadataS
     assert _sole_auditor([a, b]) is a
     a.store.close()
     a.events.wait_until(lambda calls: calls == [True, False])
-    assert _sole_auditor([a, b]) is b and store.current_auditor() == "b"
+    assert _sole_auditor([a, b]) is b and store.underreplication.current_auditor() == "b"
 
 
 def _votes(store: MetadataStore) -> list[str]:
-    """The votes' data via current_auditor's view: who stands, lowest first (test helper)."""
-    from metadata.underreplication.base import UnderReplicationBase
-
-    assert isinstance(store, UnderReplicationBase)
-    return store._ur_votes()
+    """The votes, lowest (the auditor's) first."""
+    return ordered_votes(store.nodes.children(store.paths.auditor_election) or [])
 
 
 # -- ZooKeeper down -------------------------------------------------------------------------------------
 UR_CALLS: list[Callable[[MetadataStore], object]] = [
-    lambda s: s.mark_underreplicated(2, ["b:1"]),  # (a write may still land later: not ledger 1)
-    lambda s: s.list_underreplicated(),
-    lambda s: s.missing_replicas(1),
-    lambda s: s.acquire_underreplicated(100),
-    lambda s: s.mark_replicated(1),
-    lambda s: s.set_replication_enabled(False),
-    lambda s: s.is_replication_enabled(),
-    lambda s: s.lost_bookie_recovery_delay_s(),
-    lambda s: s.set_lost_bookie_recovery_delay_s(3),
-    lambda s: s.watch_lost_bookie_recovery_delay(lambda _: None),
-    lambda s: s.elect_auditor("x", lambda _: None),
-    lambda s: s.current_auditor(),
+    lambda s: s.underreplication.mark_underreplicated(2, ["b:1"]),  # (a write may still land later: not ledger 1)
+    lambda s: s.underreplication.list_underreplicated(),
+    lambda s: s.underreplication.missing_replicas(1),
+    lambda s: s.underreplication.acquire_underreplicated(100),
+    lambda s: s.underreplication.mark_replicated(1),
+    lambda s: s.underreplication.set_replication_enabled(False),
+    lambda s: s.underreplication.is_replication_enabled(),
+    lambda s: s.underreplication.lost_bookie_recovery_delay_s(),
+    lambda s: s.underreplication.set_lost_bookie_recovery_delay_s(3),
+    lambda s: s.underreplication.watch_lost_bookie_recovery_delay(lambda _: None),
+    lambda s: s.underreplication.elect_auditor("x", lambda _: None),
+    lambda s: s.underreplication.current_auditor(),
 ]
 
 
@@ -560,15 +455,15 @@ UR_CALLS: list[Callable[[MetadataStore], object]] = [
 def test_memory_outage_raises_and_recovers() -> None:
     zk = InMemoryZooKeeper()
     with InMemoryMetadataStore(zk) as s:
-        s.init_cluster()
-        s.mark_underreplicated(1, ["b:0"])
-        assert s.acquire_underreplicated(0) == 1
+        s.cluster.init_cluster()
+        s.underreplication.mark_underreplicated(1, ["b:0"])
+        assert s.underreplication.acquire_underreplicated(0) == 1
         zk.set_available(False)
         for call in UR_CALLS:
             with pytest.raises(MetadataUnavailableError):
                 call(s)
         zk.set_available(True)
-        assert s.mark_replicated(1) is True
+        assert s.underreplication.mark_replicated(1) is True
 
 
 @pytest.mark.integration
@@ -579,11 +474,11 @@ def test_zk_down_gives_deadline_errors(tmp_path: Path) -> None:
     zk.start()
     try:
         s = connect(zk.connect_string, session_timeout_ms=30_000, op_timeout_ms=1000)
-        s.init_cluster()
-        s.mark_underreplicated(1, ["b:0"])
-        assert s.acquire_underreplicated(0) == 1
+        s.cluster.init_cluster()
+        s.underreplication.mark_underreplicated(1, ["b:0"])
+        assert s.underreplication.acquire_underreplicated(0) == 1
         auditor = Events()
-        s.elect_auditor("me", auditor)
+        s.underreplication.elect_auditor("me", auditor)
         auditor.wait_until(lambda calls: calls == [True])
         zk.stop()
         for call in UR_CALLS:
@@ -592,9 +487,9 @@ def test_zk_down_gives_deadline_errors(tmp_path: Path) -> None:
                 call(s)
             assert time.monotonic() - started < 5
         zk.start()  # same data dir: the session (our lock and vote) outlived the outage
-        wait_until(lambda: _answers(s.current_auditor) == "me", 30, "ZooKeeper to come back")
+        wait_until(lambda: _answers(s.underreplication.current_auditor) == "me", 30, "ZooKeeper to come back")
         assert auditor.calls == [True]
-        assert s.mark_replicated(1) is True  # the lock outlived the outage too
+        assert s.underreplication.mark_replicated(1) is True  # the lock outlived the outage too
         # a vote whose creation timed out may have landed after all: it must not linger
         wait_until(lambda: len(_votes(s)) == 1, 10, "an orphan vote to be removed")
         s.close()
@@ -609,15 +504,12 @@ def _answers(call: Callable[[], object]) -> object:
         return None
 
 
-def test_record_format_is_versioned_json(backend: Backend, store: MetadataStore) -> None:
-    """Documented in metadata.underreplication.base: operators and other tools read these."""
-    from metadata.underreplication.base import UnderReplicationBase
-
-    store.mark_underreplicated(8, ["b:2", "b:1"])
-    assert isinstance(store, UnderReplicationBase)
-    got = store._ur_get(store.paths.ur_ledger(8))
+def test_record_format_is_versioned_json(store: MetadataStore) -> None:
+    """Documented in metadata.underreplication.store: operators and other tools read these."""
+    store.underreplication.mark_underreplicated(8, ["b:2", "b:1"])
+    got = store.nodes.get(store.paths.ur_ledger(8))
     assert got is not None
     body = json.loads(got[0])
     assert body["v"] == 1 and body["missing"] == ["b:1", "b:2"] and body["ctime_ms"] > 0
-    store.set_lost_bookie_recovery_delay_s(45)
-    assert store._ur_get(store.paths.ur_lost_bookie_recovery_delay) == (b"45", 0, None)
+    store.underreplication.set_lost_bookie_recovery_delay_s(45)
+    assert store.nodes.get(store.paths.ur_lost_bookie_recovery_delay) == (b"45", 0, None)

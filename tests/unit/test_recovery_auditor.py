@@ -190,15 +190,19 @@ class _RecordingStore(InMemoryMetadataStore):
     def __init__(self, zk: InMemoryZooKeeper) -> None:
         super().__init__(zk)
         self.calls: list[tuple[str, tuple[int, ...]]] = []
+        mark_many, read_many = self.underreplication.mark_underreplicated_many, self.ledgers.read_ledger_metadata_many
 
-    def mark_underreplicated_many(self, marks):  # type: ignore[no-untyped-def]
-        if marks:
-            self.calls.append(("mark", tuple(sorted(marks))))
-        super().mark_underreplicated_many(marks)
+        def mark(marks):  # type: ignore[no-untyped-def]
+            if marks:
+                self.calls.append(("mark", tuple(sorted(marks))))
+            mark_many(marks)
 
-    def read_ledger_metadata_many(self, ledger_ids):  # type: ignore[no-untyped-def]
-        self.calls.append(("read", tuple(ledger_ids)))
-        return super().read_ledger_metadata_many(ledger_ids)
+        def read(ledger_ids):  # type: ignore[no-untyped-def]
+            self.calls.append(("read", tuple(ledger_ids)))
+            return read_many(ledger_ids)
+
+        self.underreplication.mark_underreplicated_many = mark  # type: ignore[method-assign]
+        self.ledgers.read_ledger_metadata_many = read  # type: ignore[method-assign]
 
 
 def test_indexed_ledgers_are_marked_before_the_scan_and_new_ones_by_it(cluster):

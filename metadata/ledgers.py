@@ -1,0 +1,212 @@
+"""Ledger metadata (``store.ledgers``): one node per ledger under BookKeeper's hierarchical path
+(:meth:`metadata.layout.ZkLayout.ledger`), its ids, and watches on it.
+
+Written once on the node layer (:mod:`metadata.nodes`), for ZooKeeper and the in-memory twin.
+Versions are znode versions (0 on create, +1 per write) and every change takes the version it was
+based on, which is how invariant 5 (every change is a CAS) is enforced.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+
+from metadata.errors import BadVersionError, MetadataError, NodeExistsError, NoNodeError, NotEmptyError
+from metadata.layout import ZkLayout, is_bucket_name, is_ledger_node_name
+from metadata.model import LedgerMetadata, decode, encode
+from metadata.nodes import Nodes
+from metadata.watches import LedgerWatch, LedgerWatchCallback, LedgerWatchState, WatchKeeper
+
+_BATCH = 256  # outstanding requests per round trip when walking the ledger tree
+#: ZooKeeper's sequence counter is a signed 32-bit int: ids use it for their low 31 bits and move
+#: to the next high-order-bits node (``HOB-<n>``) when it reaches this (LongZkLedgerIdGenerator).
+IDGEN_LOW_LIMIT = 2**31 - 1
+_HOB_PREFIX = "HOB-"
+_HOB_RE = re.compile(_HOB_PREFIX + r"\d{10}")
+
+
+class LedgerIdGenerator:
+    """BookKeeper's LongZkLedgerIdGenerator: ``(hob << 32) | seq``, where ``seq`` is a number of
+    the sequential counter of ``<root>/idgen-long/HOB-<hob>``; when it reaches ``low_limit``
+    (2**31-1) everyone moves to ``HOB-<hob+1>``. Unique because each HOB's counter is, and
+    increasing across HOBs. A creation whose answer is lost is retried: its number is simply never
+    used."""
+
+    def __init__(self, nodes: Nodes, paths: ZkLayout, *, low_limit: int = IDGEN_LOW_LIMIT) -> None:
+        self._nodes = nodes
+        self._paths = paths
+        self.low_limit = low_limit
+        self._hob: int | None = None  # the current high-order bits (a cache)
+
+    def next_id(self) -> int:
+        with self._nodes.deadline():
+            while True:
+                hob = self._hob if self._hob is not None else self._current_hob()
+                try:
+                    low = self._nodes.take_sequence(f"{self._paths.idgen}/{_HOB_PREFIX}{hob:010d}/ID-")
+                except NoNodeError:
+                    self._hob = None  # the cached HOB node is gone (the tree was reset): look again
+                    continue
+                if 0 <= low < self.low_limit:
+                    self._hob = hob
+                    if hob or low:  # never hand out id 0
+                        return (hob << 32) | low
+                    continue
+                if hob + 1 >= 2**31:
+                    raise MetadataError("ledger ids are exhausted (all 2**31 high-order-bit ranges used)")
+                self._create_if_absent(f"{self._paths.idgen}/{_HOB_PREFIX}{hob + 1:010d}")
+                self._hob = hob + 1
+
+    def _current_hob(self) -> int:
+        """The highest ``HOB-<n>`` under the id generator's node; creates ``HOB-0000000000``
+        (and the generator's node, for clusters initialised before it existed) if there is none."""
+        idgen = self._paths.idgen
+        hobs = [int(n[len(_HOB_PREFIX):]) for n in self._nodes.children(idgen) or [] if _HOB_RE.fullmatch(n)]
+        if hobs:
+            return max(hobs)
+        if self._nodes.get(self._paths.root) is None:
+            raise NoNodeError(f"no cluster at {self._paths.root}: run `spark-bookie init` first")
+        self._create_if_absent(f"{idgen}/{_HOB_PREFIX}{0:010d}")
+        return 0
+
+    def _create_if_absent(self, path: str) -> None:
+        try:
+            self._nodes.create(path, makepath=True)
+        except NodeExistsError:
+            pass
+
+
+class LedgerStore:
+    """Ledger metadata operations. Every call has a deadline: ZooKeeper down means
+    :class:`~metadata.errors.MetadataUnavailableError`, never a hang."""
+
+    def __init__(self, nodes: Nodes, paths: ZkLayout, watches: WatchKeeper) -> None:
+        self._nodes = nodes
+        self._paths = paths
+        self._watches = watches
+        self.id_generator = LedgerIdGenerator(nodes, paths)
+
+    # -- ids ------------------------------------------------------------------------------------
+    def ledger_ids(self) -> set[int]:
+        """Every ledger that has a metadata node. Complete or an exception, never partial:
+        the bookie's garbage collector deletes data of ledgers missing from this set."""
+        root = self._paths.root
+        with self._nodes.deadline():
+            if self._nodes.get(root) is None:
+                raise NoNodeError(f"no cluster at {root}: run `spark-bookie init` first")
+            level = [root]
+            for depth in range(4):
+                level = [f"{parent}/{name}" for parent, names in self._children_many(level) for name in names
+                         if is_bucket_name(depth, name)]
+            return {self._paths.ledger_id(f"{parent}/{name}") for parent, names in self._children_many(level)
+                    for name in names if is_ledger_node_name(name)}
+
+    def _children_many(self, parents: list[str]) -> list[tuple[str, list[str]]]:
+        """Children of many nodes, ``_BATCH`` requests per round trip; vanished nodes have none
+        (deleted while we walked: they had no ledgers any more)."""
+        out: list[tuple[str, list[str]]] = []
+        for i in range(0, len(parents), _BATCH):
+            chunk = parents[i : i + _BATCH]
+            out += [(parent, names) for parent, names in zip(chunk, self._nodes.children_many(chunk), strict=True)
+                    if names is not None]
+        return out
+
+    def list_ledgers(self) -> list[int]:
+        """Every ledger id, ascending (complete or an exception, like :meth:`ledger_ids`)."""
+        return sorted(self.ledger_ids())
+
+    def generate_ledger_id(self) -> int:
+        """A new ledger id: positive, never handed out before in this cluster, roughly increasing.
+
+        NoNodeError if the cluster was never initialised.
+        """
+        return self.id_generator.next_id()
+
+    # -- the raw nodes -------------------------------------------------------------------------
+    def create_ledger_node(self, ledger_id: int, data: bytes) -> int:
+        """Create the ledger's metadata node (NodeExistsError if present); returns its version (0)."""
+        path = self._paths.ledger(ledger_id)
+        try:
+            self._nodes.create(path, data, makepath=True, retry=False)
+        except NodeExistsError as e:
+            raise NodeExistsError(f"ledger {ledger_id} already exists ({path})") from e
+        return 0
+
+    def read_ledger_node(self, ledger_id: int) -> tuple[bytes, int] | None:
+        """``(data, version)`` of the ledger's metadata node, or None."""
+        return self.read_ledger_nodes([ledger_id])[0]
+
+    def read_ledger_nodes(self, ledger_ids: Sequence[int]) -> list[tuple[bytes, int] | None]:
+        """read_ledger_node for many ledgers, in order, in one round trip (a scan of every ledger,
+        the auditor's, then costs one round trip per batch, not one per ledger)."""
+        got = self._nodes.get_many([self._paths.ledger(lid) for lid in ledger_ids])
+        return [None if g is None else (g[0], g[1]) for g in got]
+
+    def write_ledger_node(self, ledger_id: int, data: bytes, version: int) -> int:
+        """CAS-update the ledger's metadata node; returns the new version.
+
+        BadVersionError if the node is not at ``version``, NoNodeError if it does not exist.
+        """
+        path = self._paths.ledger(ledger_id)
+        try:
+            return self._nodes.set(path, data, version, retry=False)
+        except BadVersionError as e:
+            raise BadVersionError(f"ledger {ledger_id} changed since version {version} ({path})") from e
+        except NoNodeError as e:
+            raise NoNodeError(f"ledger {ledger_id} does not exist ({path})") from e
+
+    def delete_ledger_node(self, ledger_id: int, version: int = -1) -> None:
+        """Delete the ledger's metadata node (CAS unless ``version=-1``); NoNodeError if absent."""
+        path = self._paths.ledger(ledger_id)
+        try:
+            self._nodes.delete(path, version, retry=False)
+        except NoNodeError as e:
+            raise NoNodeError(f"ledger {ledger_id} does not exist ({path})") from e
+        except BadVersionError as e:
+            raise BadVersionError(f"ledger {ledger_id} changed since version {version} ({path})") from e
+        except NotEmptyError as e:
+            raise MetadataError(f"ledger {ledger_id} has children ({path})") from e
+
+    # -- typed metadata (the raw nodes hold :func:`metadata.model.encode` bytes) -----------------
+    def create_ledger_metadata(self, md: LedgerMetadata) -> int:
+        """Store a new ledger's metadata; returns its version (0). NodeExistsError if the id is taken."""
+        return self.create_ledger_node(md.ledger_id, encode(md))
+
+    def read_ledger_metadata(self, ledger_id: int) -> tuple[LedgerMetadata, int]:
+        """``(metadata, version)``; NoNodeError if the ledger does not exist, InvalidMetadataError
+        if its node cannot be decoded."""
+        got = self.read_ledger_node(ledger_id)
+        if got is None:
+            raise NoNodeError(f"ledger {ledger_id} does not exist")
+        return decode(got[0], ledger_id), got[1]
+
+    def read_ledger_metadata_many(self, ledger_ids: Sequence[int]) -> list[tuple[LedgerMetadata, int] | None]:
+        """read_ledger_metadata for many ledgers, in order; None for one that does not exist."""
+        return [None if got is None else (decode(got[0], lid), got[1])
+                for lid, got in zip(ledger_ids, self.read_ledger_nodes(ledger_ids), strict=True)]
+
+    def write_ledger_metadata(self, md: LedgerMetadata, version: int) -> int:
+        """CAS-replace the ledger's metadata (BadVersionError if it moved on); returns the new version.
+
+        Use :func:`metadata.update.update_ledger` rather than calling this directly: it retries
+        lost races through the transition that decides what may change.
+        """
+        if version < 0:
+            raise ValueError(f"ledger metadata is only written by compare-and-set, got version {version}")
+        return self.write_ledger_node(md.ledger_id, encode(md), version)
+
+    def delete_ledger_metadata(self, ledger_id: int, version: int = -1) -> None:
+        """Delete the ledger's metadata (CAS unless ``version=-1``); NoNodeError if absent."""
+        self.delete_ledger_node(ledger_id, version)
+
+    def watch_ledger_metadata(self, ledger_id: int, callback: LedgerWatchCallback) -> Callable[[], None]:
+        """Call ``callback(metadata, version)`` now and on every later change of the ledger.
+
+        ``(None, -1)`` is reported once when the ledger does not exist or is deleted, and ends the
+        watch. Callbacks run on the store's watch thread (never the ZooKeeper client's), one at a
+        time, in order; they survive reconnections and session loss. Returns a cancel function
+        (idempotent) after which no callback starts. Raises MetadataUnavailableError if the watch
+        could not be set within the store's deadline.
+        """
+        state = LedgerWatchState(ledger_id, callback)
+        return self._watches.start(LedgerWatch(self._watches, state, self._paths.ledger(ledger_id)))
