@@ -16,7 +16,7 @@ import grpc
 
 from metadata import LedgerMetadata, LedgerState
 
-from . import arrow, errors
+from . import errors
 from .entry import LedgerEntry
 from .listed_read import read_striped
 from .machines import QuorumCoverage, write_set
@@ -214,6 +214,10 @@ class ReadHandle:
         reads without a Python object per entry (ledger_client.arrow). An empty range
         (last == first - 1, e.g. 0..LAC of an empty ledger) gives an empty batch.
         """
+        # Imported here: pyarrow is needed only by Arrow reads, and the bookie hosting job runs
+        # where it is not installed (the Spark 3.5 path: tests/spark/test_bookie_cluster.py).
+        from . import arrow
+
         if last == first - 1 and isinstance(first, int) and first >= 0:
             return arrow.read_arrow(self, first, last)
         self._check_range(first, last)

@@ -157,3 +157,18 @@ def test_planted_circle_within_ledger_client_fails(tmp_path):
     assert check_layout(tree) == [
         "import circle in ledger_client: ledger_client.stream.reader -> ledger_client.stream.writer "
         "-> ledger_client.stream.reader"]
+
+
+def test_the_hosting_job_and_the_ledger_client_load_without_pyarrow():
+    """The bookie hosting job also runs on Spark 3.5 clusters without pyarrow (deploy/mesos): the
+    modules it loads must not import pyarrow (or deltalake) at import time; Arrow reads import it
+    when called."""
+    import subprocess
+    import sys
+
+    code = ("import sys; import spark_bookie.hosting.driver, spark_bookie.hosting.slots, ledger_client; "
+            "ledger_client.LedgerClient; print(sorted(m for m in ('pyarrow', 'deltalake') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         cwd=Path(__file__).resolve().parents[2])
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "[]", out.stdout
