@@ -24,15 +24,15 @@ class BookieRegistry:
         self._info: dict[str, dict[str, str]] = {}
         self._changed = threading.Condition(self._lock)
         # Read once in this thread (the watch reports on the store's worker thread, maybe later).
-        self._on_change(store.list_bookies(), store.list_bookies(readonly=True))
-        self._cancel: Callable[[], None] | None = store.watch_bookies(self._on_change)
+        self._on_change(store.cluster.list_bookies(), store.cluster.list_bookies(readonly=True))
+        self._cancel: Callable[[], None] | None = store.cluster.watch_bookies(self._on_change)
 
     def _on_change(self, writable: list[str], readonly: list[str]) -> None:
         missing = [b for b in writable if b not in self._info]
         infos = {}
         for b in missing:
             try:
-                infos[b] = self._store.bookie_info(b)
+                infos[b] = self._store.cluster.bookie_info(b)
             except MetadataError:
                 infos[b] = {}
         with self._changed:

@@ -102,13 +102,13 @@ class LedgerCore:
     def update_metadata_versioned(self, ledger_id: int,
                                   fn: Callable[[LedgerMetadata], LedgerMetadata]) -> tuple[LedgerMetadata, int]:
         with metadata_errors(f"update ledger {ledger_id}", missing_ledger=True):
-            return update_ledger(self.store, ledger_id, fn, retries_max=self.config.metadata_retries_max)
+            return update_ledger(self.store.ledgers, ledger_id, fn, retries_max=self.config.metadata_retries_max)
 
     def replace_metadata(self, md: LedgerMetadata, version: int) -> int:
         """One CAS at exactly `version`, no retry: for changes only valid on that version (a
         recovery's close). BadVersionError surfaces as MetadataVersionError."""
         with metadata_errors(f"write ledger {md.ledger_id}", missing_ledger=True):
-            return self.store.write_ledger_metadata(md, version)
+            return self.store.ledgers.write_ledger_metadata(md, version)
 
     def watch_writer(self, w: WriteHandle) -> None:
         self._writers.add(w)
@@ -143,14 +143,14 @@ class LedgerCore:
         ensemble = self.placement.new_ensemble(ensemble_size, self.registry.writable())
         key = master_key(bytes(password))
         with metadata_errors("create ledger"):
-            lid = self.store.generate_ledger_id()
+            lid = self.store.ledgers.generate_ledger_id()
             md = LedgerMetadata(
                 ledger_id=lid, state=LedgerState.OPEN, ensemble_size=ensemble_size,
                 write_quorum_size=write_quorum_size, ack_quorum_size=ack_quorum_size, last_entry_id=-1,
                 length=0, ensembles={0: ensemble}, digest_type=digest_type, password_hash=key,
                 ctime=int(time.time() * 1000),
                 custom_metadata={k: bytes(v) for k, v in (custom_metadata or {}).items()})
-            self.store.create_ledger_metadata(md)
+            self.store.ledgers.create_ledger_metadata(md)
         # write_handle.py still annotates its client as LedgerClient; it uses only this core's members.
         w = WriteHandle(self, md, Digester(digest_type, bytes(password)), key)  # type: ignore[arg-type]
         self._writers.add(w)
@@ -203,7 +203,7 @@ class LedgerCore:
         self._check_open()
         try:
             with metadata_errors(f"delete ledger {ledger_id}", missing_ledger=True):
-                self.store.delete_ledger_metadata(ledger_id)
+                self.store.ledgers.delete_ledger_metadata(ledger_id)
         except errors.NoSuchLedgerError:
             return
         if self.metrics is not None:
@@ -235,13 +235,13 @@ class LedgerCore:
 
     def _checks_tokens(self, bookie_id: str) -> bool:
         try:
-            return self.store.bookie_info(bookie_id).get("auth") == "token"
+            return self.store.cluster.bookie_info(bookie_id).get("auth") == "token"
         except MetadataError:
             return True   # cannot tell: assume it does
 
     def list_ledgers(self) -> Iterator[int]:
         with metadata_errors("list ledgers"):
-            ids = self.store.list_ledgers()
+            ids = self.store.ledgers.list_ledgers()
         return iter(ids)
 
     def ledger_metadata(self, ledger_id: int) -> LedgerMetadata:
@@ -252,7 +252,7 @@ class LedgerCore:
         if not isinstance(ledger_id, int) or ledger_id < 0:
             raise errors.IncorrectParameterError(f"ledger id must be a non-negative int, not {ledger_id!r}")
         with metadata_errors(f"read ledger {ledger_id}", missing_ledger=True):
-            return self.store.read_ledger_metadata(ledger_id)
+            return self.store.ledgers.read_ledger_metadata(ledger_id)
 
     # ------------------------------------------------------------------ lifecycle
 

@@ -411,7 +411,7 @@ class WriteHandle:
         if not bookies or self._recovery:
             return
         try:
-            self._client.store.mark_underreplicated(self.ledger_id, sorted(bookies))
+            self._client.store.underreplication.mark_underreplicated(self.ledger_id, sorted(bookies))
         except MetadataError as e:
             log.error("ledger %d: entries it acknowledged miss on %s, and marking it under-replicated failed: "
                       "%s (the auditor's periodic check is left to find them)", self.ledger_id, sorted(bookies), e)

@@ -60,10 +60,10 @@ def scan_ledgers(store: MetadataStore, batch: int,
     scan of thousands of ledgers costs in Python). ``visit`` gets each batch as soon as it is read:
     work on the first ledgers starts while the others are still being read (exceptions from it end
     the scan)."""
-    ids = store.list_ledgers()
+    ids = store.ledgers.list_ledgers()
     found: list[LedgerMetadata] = []
     for i in range(0, len(ids), max(1, batch)):
-        got = [x[0] for x in store.read_ledger_metadata_many(ids[i:i + batch]) if x is not None]
+        got = [x[0] for x in store.ledgers.read_ledger_metadata_many(ids[i:i + batch]) if x is not None]
         if visit is not None and got:
             visit(got)
         found.extend(got)
@@ -155,9 +155,9 @@ class Auditor:
         """Set the watches; False if stopped before that worked."""
         while not self._stopped():
             try:
-                self._cancels.append(self._store.watch_bookies(self._on_bookies))
+                self._cancels.append(self._store.cluster.watch_bookies(self._on_bookies))
                 if self._cfg.lost_bookie_recovery_delay_s is None:
-                    self._cancels.append(self._store.watch_lost_bookie_recovery_delay(self._on_delay))
+                    self._cancels.append(self._store.underreplication.watch_lost_bookie_recovery_delay(self._on_delay))
                 return True
             except MetadataError as e:
                 log.warning("auditor: cannot watch the cluster yet: %s", e)
@@ -239,13 +239,13 @@ class Auditor:
         for the marks. The scan then catches what the index did not know (ledgers created or
         changed since), marking as it reads; a stale entry costs a worker one no-op. The index
         built from the same scan then tells the tracker which bookies ledgers name."""
-        if not self._store.is_replication_enabled():
+        if not self._store.underreplication.is_replication_enabled():
             log.info("auditor: re-replication is disabled; audit postponed")
             return False
         available = self._current_available()
         due = {b for b in due if b not in available}
         lost = due | (self.tracker.audited - available)
-        queued = self._store.list_underreplicated() if lost else {}
+        queued = self._store.underreplication.list_underreplicated() if lost else {}
         t0 = self._clock()
         marked = self._mark_indexed(lost, queued)
         early = len(marked)
@@ -257,7 +257,7 @@ class Auditor:
                 missing = sorted(b for b in lost & md.bookies() if b not in have)
                 if missing:
                     marks[md.ledger_id] = missing   # one mark for every lost bookie
-            self._store.mark_underreplicated_many(marks)
+            self._store.underreplication.mark_underreplicated_many(marks)
             for lid, bookies in marks.items():
                 marked.setdefault(lid, set()).update(bookies)
 
@@ -285,18 +285,18 @@ class Auditor:
         ids = sorted(marks)
         batch = max(1, self._cfg.metadata_reads_in_flight_max)
         for i in range(0, len(ids), batch):
-            self._store.mark_underreplicated_many({lid: marks[lid] for lid in ids[i:i + batch]})
+            self._store.underreplication.mark_underreplicated_many({lid: marks[lid] for lid in ids[i:i + batch]})
         return marks
 
     def _current_available(self) -> set[str]:
         with self._cond:
             if self._available is not None:
                 return set(self._available)
-        return set(self._store.list_bookies()) | set(self._store.list_bookies(readonly=True))
+        return set(self._store.cluster.list_bookies()) | set(self._store.cluster.list_bookies(readonly=True))
 
     def _check_all(self) -> None:
         """Periodic check: sampled entries of every finished fragment, from its available bookies."""
-        if not self._store.is_replication_enabled():
+        if not self._store.underreplication.is_replication_enabled():
             return
         available = self._current_available()
         bad_fragments = marked = 0
@@ -306,7 +306,7 @@ class Auditor:
             bad = self._checker.check(md, available)
             for bookie, keys in bad.items():
                 bad_fragments += len(keys)
-                self._store.mark_underreplicated(md.ledger_id, [bookie])
+                self._store.underreplication.mark_underreplicated(md.ledger_id, [bookie])
                 marked += 1
         self.stats.ledger_checks += 1
         self.stats.fragments_missing_entries += bad_fragments
@@ -316,7 +316,7 @@ class Auditor:
 
     def _check_placement(self) -> None:
         available = self._current_available()
-        location_of = {b: self._store.bookie_info(b).get("network_location", "") for b in available}
+        location_of = {b: self._store.cluster.bookie_info(b).get("network_location", "") for b in available}
         violations = 0
         for md in scan_ledgers(self._store, self._cfg.metadata_reads_in_flight_max):
             found = placement_violations(md, location_of, self._cfg.placement_min_locations_per_write_quorum)

@@ -164,7 +164,7 @@ class AutoRecovery:
                 self.worker = worker
             worker.start()
         if self.run_auditor:
-            withdraw = store.elect_auditor(self.candidate_id, self._on_election)
+            withdraw = store.underreplication.elect_auditor(self.candidate_id, self._on_election)
             with self._lock:
                 self._withdraw = withdraw
         log.info("autorecovery %s: running (auditor candidate: %s, worker: %s)", self.candidate_id,

@@ -39,7 +39,7 @@ Progress = Callable[[DrainProgress], None]
 
 
 def is_registered(store: MetadataStore, bookie_id: str) -> bool:
-    return bookie_id in store.list_bookies() or bookie_id in store.list_bookies(readonly=True)
+    return bookie_id in store.cluster.list_bookies() or bookie_id in store.cluster.list_bookies(readonly=True)
 
 
 def drain_bookie(store: MetadataStore, bookie_id: str, *, timeout_s: float, poll_s: float = 1.0,
@@ -49,7 +49,7 @@ def drain_bookie(store: MetadataStore, bookie_id: str, *, timeout_s: float, poll
 
     DecommissionError if re-replication is disabled or the deadline passes first.
     """
-    if not store.is_replication_enabled():
+    if not store.underreplication.is_replication_enabled():
         raise DecommissionError("re-replication is disabled cluster-wide; enable it first "
                                 "(spark-bookie shell autorecovery --enable)")
     start = clock()
@@ -57,11 +57,11 @@ def drain_bookie(store: MetadataStore, bookie_id: str, *, timeout_s: float, poll
     while True:
         naming = [md.ledger_id for md in scan_ledgers(store, metadata_reads_in_flight_max)
                   if bookie_id in md.bookies()]
-        queued = store.list_underreplicated()
+        queued = store.underreplication.list_underreplicated()
         for lid in naming:
             if bookie_id not in queued.get(lid, ()):
                 try:
-                    store.mark_underreplicated(lid, [bookie_id])
+                    store.underreplication.mark_underreplicated(lid, [bookie_id])
                 except NoNodeError:
                     continue   # deleted meanwhile
                 queued[lid] = [bookie_id]
@@ -75,7 +75,7 @@ def drain_bookie(store: MetadataStore, bookie_id: str, *, timeout_s: float, poll
         if clock() - start > timeout_s:
             raise DecommissionError(f"{len(naming)} ledgers still name {bookie_id} after {timeout_s:.0f}s "
                                     f"(e.g. {sorted(naming)[:10]}); are replication workers running?")
-        if not store.is_replication_enabled():
+        if not store.underreplication.is_replication_enabled():
             raise DecommissionError("re-replication was disabled while waiting")
         time.sleep(poll_s)
 
@@ -83,7 +83,7 @@ def drain_bookie(store: MetadataStore, bookie_id: str, *, timeout_s: float, poll
 def delete_cookie(store: MetadataStore, bookie_id: str) -> bool:
     """Delete the bookie's cookie from ZooKeeper; False if it had none."""
     try:
-        store.delete_cookie(bookie_id, -1)
+        store.cluster.delete_cookie(bookie_id, -1)
     except NoNodeError:
         return False
     return True

@@ -64,7 +64,7 @@ class AutoRecoveryCollector(Collector):
         if store is None:
             return None
         try:
-            return len(store.list_underreplicated())
+            return len(store.underreplication.list_underreplicated())
         except Exception as e:  # ZooKeeper away: the scrape goes on without this one
             log.debug("under-replication queue unreadable: %s", e)
             return None

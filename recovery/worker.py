@@ -98,10 +98,10 @@ class _Primed:
         first, self._first = self._first, None
         if first is not None and first[0].ledger_id == ledger_id:
             return first
-        return self._store.read_ledger_metadata(ledger_id)
+        return self._store.ledgers.read_ledger_metadata(ledger_id)
 
     def write_ledger_metadata(self, md: LedgerMetadata, version: int) -> int:
-        return self._store.write_ledger_metadata(md, version)
+        return self._store.ledgers.write_ledger_metadata(md, version)
 
 
 class ReplicationWorker:
@@ -152,7 +152,8 @@ class ReplicationWorker:
             lid = self._due_deferred()
             if lid is None:
                 try:
-                    lid = self._store.acquire_underreplicated(self._cfg.acquire_poll_ms, exclude=self._excluded())
+                    lid = self._store.underreplication.acquire_underreplicated(self._cfg.acquire_poll_ms,
+                                                                               exclude=self._excluded())
                 except MetadataError as e:
                     log.warning("%s: cannot take a ledger off the queue: %s", self._name, e)
                     self._stop.wait(self._cfg.worker_backoff_ms / 1000)
@@ -204,7 +205,7 @@ class ReplicationWorker:
                 self._backoff.pop(lid, None)
                 self._open_since.pop(lid, None)
             try:
-                if self._store.mark_replicated(lid):
+                if self._store.underreplication.mark_replicated(lid):
                     self.stats.add(ledgers_replicated=1)
                 else:
                     log.info("%s: ledger %d was marked again while being repaired; it stays queued",
@@ -222,7 +223,7 @@ class ReplicationWorker:
 
     def _release(self, lid: int) -> None:
         try:
-            self._store.release_underreplicated(lid)
+            self._store.underreplication.release_underreplicated(lid)
         except MetadataError as e:
             log.info("%s: releasing ledger %d: %s (its lock goes with our session)", self._name, lid, e)
 
@@ -234,7 +235,7 @@ class ReplicationWorker:
         if not missing:
             return Outcome.DONE, 0.0
         try:
-            md, version = self._store.read_ledger_metadata(lid)
+            md, version = self._store.ledgers.read_ledger_metadata(lid)
         except NoNodeError:
             log.info("%s: ledger %d was deleted; dropping it from the queue", self._name, lid)
             self.stats.add(ledgers_dropped=1)
@@ -250,7 +251,7 @@ class ReplicationWorker:
                 return Outcome.DEFER, waiting
             try:
                 md = self._fence_and_close(md)
-                md, version = self._store.read_ledger_metadata(lid)
+                md, version = self._store.ledgers.read_ledger_metadata(lid)
             except (errors.NoSuchLedgerError, NoNodeError):
                 self.stats.add(ledgers_dropped=1)
                 return Outcome.DONE, 0.0

@@ -105,7 +105,7 @@ class Namespace:
         """Change settings (validated; CAS on what was read): they apply to new segments."""
         new = self._settings.updated(**changes)
         with metadata_errors(f"update namespace {self.name}"):
-            self._version = self.client.store.write_namespace(self.name, encode_settings(new.to_json()),
+            self._version = self.client.store.streams.write_namespace(self.name, encode_settings(new.to_json()),
                                                               self._version)
         self._settings = new
         return new
@@ -114,7 +114,7 @@ class Namespace:
     def create_stream(self, name: str) -> None:
         check_names((name, "stream"))
         with metadata_errors(f"create stream {self.name}/{name}", exists=errors.StreamExistsError):
-            self.client.store.create_stream(self.name, name, StreamMeta(ctime_ms=now_ms()))
+            self.client.store.streams.create_stream(self.name, name, StreamMeta(ctime_ms=now_ms()))
 
     def ensure_stream(self, name: str) -> None:
         """Create the stream unless it exists (opening a writer does this)."""
@@ -125,7 +125,7 @@ class Namespace:
 
     def list_streams(self, prefix: str = "") -> list[str]:
         with metadata_errors(f"list streams of {self.name}"):
-            return [s for s in self.client.store.list_streams(self.name) if s.startswith(prefix)]
+            return [s for s in self.client.store.streams.list_streams(self.name) if s.startswith(prefix)]
 
     def stream_exists(self, name: str) -> bool:
         return self.view_if_any(name) is not None
@@ -134,7 +134,7 @@ class Namespace:
         """The stream's metadata as read now, or None if it does not exist."""
         check_names((name, "stream"))
         with metadata_errors(f"read stream {self.name}/{name}"):
-            return self.client.store.read_stream(self.name, name)
+            return self.client.store.streams.read_stream(self.name, name)
 
     def view(self, name: str) -> StreamView:
         """The stream's metadata as read now; NoSuchStreamError if it does not exist."""
@@ -161,7 +161,7 @@ class Namespace:
         """The stream, its metadata and its segments' ledgers."""
         view = self.view(name)
         with metadata_errors(f"delete stream {self.name}/{name}"):
-            self.client.store.delete_stream(self.name, name)
+            self.client.store.streams.delete_stream(self.name, name)
         for seg in view.ordered():
             if seg.ledger_id is not None:
                 self.client.delete_ledger(seg.ledger_id)
@@ -187,14 +187,14 @@ def create_namespace(client: LedgerClient, name: str, **settings: object) -> Nam
     check_names((name, "namespace"))
     s = NamespaceSettings.build(**settings)
     with metadata_errors(f"create namespace {name}", exists=errors.NamespaceExistsError):
-        client.store.create_namespace(name, encode_settings(s.to_json()))
+        client.store.streams.create_namespace(name, encode_settings(s.to_json()))
     return Namespace(client, name, s, 0)
 
 
 def get_namespace(client: LedgerClient, name: str) -> Namespace:
     check_names((name, "namespace"))
     with metadata_errors(f"read namespace {name}"):
-        got = client.store.read_namespace(name)
+        got = client.store.streams.read_namespace(name)
         if got is None:
             raise errors.NoSuchNamespaceError(f"namespace {name!r} does not exist")
         settings = NamespaceSettings.from_json(decode_settings(got[0], f"namespace {name}"))
@@ -203,7 +203,7 @@ def get_namespace(client: LedgerClient, name: str) -> Namespace:
 
 def list_namespaces(client: LedgerClient) -> list[str]:
     with metadata_errors("list namespaces"):
-        return client.store.list_namespaces()
+        return client.store.streams.list_namespaces()
 
 
 def delete_namespace(client: LedgerClient, name: str, force: bool = False) -> None:
@@ -219,7 +219,7 @@ def delete_namespace(client: LedgerClient, name: str, force: bool = False) -> No
         except errors.NoSuchStreamError:
             pass
     with metadata_errors(f"delete namespace {name}"):
-        client.store.delete_namespace(name)
+        client.store.streams.delete_namespace(name)
 
 
 __all__ = ["Namespace", "SegmentInfo", "StreamInfo", "create_namespace", "delete_namespace", "get_namespace",

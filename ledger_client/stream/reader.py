@@ -189,7 +189,7 @@ class StreamReader:
     def _fresh_view(self, view: StreamView | None) -> StreamView:
         """The stream as it is now: one read of its node, and of every segment only when that moved."""
         with metadata_errors(f"read stream {self.ns.name}/{self.name}"):
-            head = self.ns.client.store.read_stream_meta(self.ns.name, self.name)
+            head = self.ns.client.store.streams.read_stream_meta(self.ns.name, self.name)
         if head is None:
             raise errors.NoSuchStreamError(f"stream {self.ns.name}/{self.name} was deleted")
         if view is not None and view.version == head[1]:

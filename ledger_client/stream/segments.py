@@ -40,7 +40,7 @@ def commit(ns: Namespace, name: str, decide: Callable[[StreamView], Change | Non
         try:
             with metadata_errors(f"change stream {ns.name}/{name}"):
                 try:
-                    ns.client.store.commit_stream(ns.name, name, view.version, change, lock)
+                    ns.client.store.streams.commit_stream(ns.name, name, view.version, change, lock)
                 except NoNodeError as e:
                     raise errors.StreamLockedError(f"stream {ns.name}/{name}: this writer lost its lock ({e}); "
                                                    "another writer may own the stream now") from e

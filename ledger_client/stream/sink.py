@@ -159,7 +159,7 @@ def link_task_ledgers(ns: Namespace, stream: str, batch: linking.SparkBatch, tas
     ns.ensure_stream(stream)
     store = ns.client.store
     with metadata_errors(f"lock stream {ns.name}/{stream} for Spark batch {batch.key}#{batch.batch_id}"):
-        lock = store.lock_stream(ns.name, stream, owner, lock_timeout_ms / 1000)
+        lock = store.streams.lock_stream(ns.name, stream, owner, lock_timeout_ms / 1000)
     try:
         view = ns.view(stream)
         if linking.already_linked(view.meta, batch):
@@ -181,7 +181,7 @@ def link_task_ledgers(ns: Namespace, stream: str, batch: linking.SparkBatch, tas
         return change is not None
     finally:
         with metadata_errors(f"unlock {ns.name}/{stream}"):
-            store.unlock_stream(lock)
+            store.streams.unlock_stream(lock)
 
 
 def collect_orphans(client: LedgerClient, ns: Namespace, stream: str, older_than_ms: int,

@@ -105,8 +105,8 @@ class StreamWriter:
         ns.ensure_stream(name)
         owner = f"{socket.gethostname()}:{os.getpid()}:{id(self):x}"
         with metadata_errors(f"lock stream {ns.name}/{name}"):
-            self._stream_lock: StreamLockInfo = self._client.store.lock_stream(ns.name, name, owner,
-                                                                               lock_timeout_ms / 1000)
+            self._stream_lock: StreamLockInfo = self._client.store.streams.lock_stream(ns.name, name, owner,
+                                                                                       lock_timeout_ms / 1000)
         try:
             last_txid = self._recover()
         except BaseException:
@@ -195,7 +195,7 @@ class StreamWriter:
         or ZooKeeper cannot say)."""
         try:
             with metadata_errors(f"read the lock of {self.ns.name}/{self.name}"):
-                holder = self._client.store.stream_lock_holder(self.ns.name, self.name)
+                holder = self._client.store.streams.stream_lock_holder(self.ns.name, self.name)
         except errors.LedgerError as e:
             log.info("%r: who took the stream over is unknown: %s", self, e)
             return "another writer"
@@ -442,7 +442,7 @@ class StreamWriter:
     def _release_lock(self) -> None:
         try:
             with metadata_errors(f"unlock {self.ns.name}/{self.name}"):
-                self._client.store.unlock_stream(self._stream_lock)
+                self._client.store.streams.unlock_stream(self._stream_lock)
         except errors.LedgerError as e:
             log.warning("%r: releasing the lock failed (it goes with the session): %s", self, e)
 

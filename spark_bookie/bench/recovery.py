@@ -133,7 +133,7 @@ def _time_repair(sb: Any, victim: Any, on_victim: set[int], timeout_s: float) ->
     victim.kill()
     while time.monotonic() - t0 < timeout_s:
         now = time.monotonic() - t0
-        if "detected" not in marks and victim.bookie_id not in store.list_bookies():
+        if "detected" not in marks and victim.bookie_id not in store.cluster.list_bookies():
             marks["detected"] = now
         queued = set(_queued_ids(store))
         if queued and "first_marked" not in marks:
@@ -167,7 +167,7 @@ def _no_longer_naming(store: Any, ledger_ids: list[int], bookie: str) -> set[int
     out: set[int] = set()
     for i in range(0, len(ledger_ids), 256):
         chunk = ledger_ids[i:i + 256]
-        for lid, got in zip(chunk, store.read_ledger_metadata_many(chunk), strict=True):
+        for lid, got in zip(chunk, store.ledgers.read_ledger_metadata_many(chunk), strict=True):
             if got is None or bookie not in got[0].bookies():
                 out.add(lid)
     return out
@@ -189,7 +189,7 @@ def bench_recovery(args: argparse.Namespace) -> int:
             store = sb.store
             if store is None:
                 raise RuntimeError("sandbox did not start")
-            store.set_lost_bookie_recovery_delay_s(0)
+            store.underreplication.set_lost_bookie_recovery_delay_s(0)
             workers = _start_workers(sb.connect_string, root, args.workers)
             res["write"] = _write_ledgers(sb.connect_string, ledgers, ledger_bytes, args.entry_bytes)
             progress.step("ledgers written")

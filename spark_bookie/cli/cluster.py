@@ -56,7 +56,7 @@ def run_cluster(args: argparse.Namespace) -> int:
 
 
 def _cluster_stop(store: MetadataStore, name: str, wait_s: float) -> int:
-    driver = decode_status(store.get_app_data(app_key(name, "driver")))
+    driver = decode_status(store.cluster.get_app_data(app_key(name, "driver")))
     if not driver or driver.get("state") == STOPPED:
         print(f"spark-bookie: bookie cluster {name!r} is not running", file=sys.stderr)
         return 1
@@ -64,7 +64,7 @@ def _cluster_stop(store: MetadataStore, name: str, wait_s: float) -> int:
     print(f"stop requested for bookie cluster {name!r} ({driver.get('app_id')})", flush=True)
     deadline = time.monotonic() + wait_s
     while time.monotonic() < deadline:
-        if decode_status(store.get_app_data(app_key(name, "driver"))).get("state") == STOPPED:
+        if decode_status(store.cluster.get_app_data(app_key(name, "driver"))).get("state") == STOPPED:
             print("stopped")
             return 0
         time.sleep(0.5)
@@ -75,10 +75,10 @@ def _cluster_stop(store: MetadataStore, name: str, wait_s: float) -> int:
 
 
 def _cluster_status(store: MetadataStore, name: str, as_json: bool) -> int:
-    driver = decode_status(store.get_app_data(app_key(name, "driver")))
+    driver = decode_status(store.cluster.get_app_data(app_key(name, "driver")))
     wanted = int(driver.get("bookies", 0) or 0)
     h = cluster_health(store, name, wanted)
-    last = decode_status(store.get_app_data(app_key(name, "health")))
+    last = decode_status(store.cluster.get_app_data(app_key(name, "health")))
     h["driver"] = driver
     h["driver_is_auditor"] = last.get("driver_is_auditor")
     h["resubmits"] = driver.get("resubmits", 0)

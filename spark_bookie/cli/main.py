@@ -42,7 +42,7 @@ def cmd_init(args: argparse.Namespace) -> int:
     try:
         store = connect_metadata(args.zk, zk_auth=client_config(args.client_conf).zk_auth)
         try:
-            print(f"cluster initialised: instance id {store.init_cluster()}")
+            print(f"cluster initialised: instance id {store.cluster.init_cluster()}")
         finally:
             store.close()
     except (MetadataError, errors.LedgerError) as e:

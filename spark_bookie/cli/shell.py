@@ -316,10 +316,7 @@ def cmd_secure_metadata(client: LedgerClient, args: argparse.Namespace) -> int:
     if not client.config.zk_auth:
         raise ShellError("secure-metadata needs zk_auth in the client config (--client-conf or "
                          "$SPARK_BOOKIE_CLIENT_CONF): the credentials to grant")
-    secure = getattr(client.store, "secure_tree", None)
-    if secure is None:
-        raise ShellError("secure-metadata works on ZooKeeper metadata only")
-    print(f"secured {secure()} znodes under {args.zk}")
+    print(f"secured {client.store.cluster.secure_tree()} znodes under {args.zk}")
     return 0
 
 

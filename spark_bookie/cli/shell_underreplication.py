@@ -19,7 +19,7 @@ AddCommand = Callable[..., argparse.ArgumentParser]
 
 def cmd_listunderreplicated(client: LedgerClient, args: argparse.Namespace) -> int:
     """Ledger ids one per line; ``--json``: ``{"<ledger id>": [missing bookie ids]}``."""
-    queued = client.store.list_underreplicated()
+    queued = client.store.underreplication.list_underreplicated()
     if args.json:
         print(json.dumps({str(lid): missing for lid, missing in queued.items()}))
     else:
@@ -29,15 +29,15 @@ def cmd_listunderreplicated(client: LedgerClient, args: argparse.Namespace) -> i
 
 
 def cmd_whoisauditor(client: LedgerClient, args: argparse.Namespace) -> int:
-    print(client.store.current_auditor() or "no auditor")
+    print(client.store.underreplication.current_auditor() or "no auditor")
     return 0
 
 
 def cmd_autorecovery(client: LedgerClient, args: argparse.Namespace) -> int:
     """Switch re-replication on or off cluster-wide; prints the state (after the change)."""
     if args.enable or args.disable:
-        client.store.set_replication_enabled(bool(args.enable))
-    print("enabled" if client.store.is_replication_enabled() else "disabled")
+        client.store.underreplication.set_replication_enabled(bool(args.enable))
+    print("enabled" if client.store.underreplication.is_replication_enabled() else "disabled")
     return 0
 
 
@@ -45,8 +45,8 @@ def cmd_lostbookierecoverydelay(client: LedgerClient, args: argparse.Namespace) 
     """Print (after ``--set``: set, then print) the seconds the auditor waits before it marks a
     lost bookie's ledgers; the running auditor picks a change up at once."""
     if args.set is not None:
-        client.store.set_lost_bookie_recovery_delay_s(args.set)
-    print(client.store.lost_bookie_recovery_delay_s())
+        client.store.underreplication.set_lost_bookie_recovery_delay_s(args.set)
+    print(client.store.underreplication.lost_bookie_recovery_delay_s())
     return 0
 
 

@@ -96,7 +96,7 @@ class BookieClusterApp:
                                        session_timeout_ms=self.cfg.hosting.zk_session_timeout_ms,
                                        zk_auth=self.cfg.hosting.zk_auth())
         try:
-            self._store.init_cluster()
+            self._store.cluster.init_cluster()
             self._claim_name()
             self._sc = self._make_spark_context()
             self._install_signal_handlers()  # after SparkContext: pyspark's SIGINT handler cancels jobs
@@ -114,7 +114,7 @@ class BookieClusterApp:
         """Refuse to run beside a live driver of the same name; clear a stop request left over
         from the previous run (tasks must not see it)."""
         store = self._require_store()
-        prev = decode_status(store.get_app_data(app_key(self.name, "driver")))
+        prev = decode_status(store.cluster.get_app_data(app_key(self.name, "driver")))
         age_ms = int(time.time() * 1000) - int(prev.get("heartbeat_ms", 0))
         if prev and prev.get("state") != STOPPED and age_ms < self.cfg.driver_stale_ms:
             raise StartupError(
@@ -122,8 +122,8 @@ class BookieClusterApp:
                 f"{prev.get('host')}, pid {prev.get('pid')}, heartbeat {age_ms} ms ago): stop it first "
                 f"(`spark-bookie cluster stop --name {self.name}`) or pick another --name")
         self._claimed = True
-        store.delete_app_data(app_key(self.name, "stop"))
-        store.delete_app_data(app_key(self.name, "slots"))
+        store.cluster.delete_app_data(app_key(self.name, "stop"))
+        store.cluster.delete_app_data(app_key(self.name, "slots"))
         self._write_driver_node("starting", app_id=None)
 
     def _make_spark_context(self) -> Any:
@@ -243,7 +243,7 @@ class BookieClusterApp:
         store = self._require_store()
         while not self._stop.wait(0.5):
             try:
-                stop = store.get_app_data(app_key(self.name, "stop"))
+                stop = store.cluster.get_app_data(app_key(self.name, "stop"))
                 if stop is not None:
                     req = decode_status(stop)
                     self.request_stop(f"stop requested in ZooKeeper: {req.get('reason')} (by {req.get('by')})")
@@ -267,13 +267,13 @@ class BookieClusterApp:
     def _report_health(self) -> None:
         h = self.health()
         log.info("health: %s", health_line(h))
-        self._require_store().put_app_data(app_key(self.name, "health"), json.dumps(h, sort_keys=True).encode())
+        self._require_store().cluster.put_app_data(app_key(self.name, "health"), json.dumps(h, sort_keys=True).encode())
 
     def _write_driver_node(self, state: str, app_id: str | None) -> None:
         node = {"app_id": app_id, "host": socket.gethostname(), "pid": os.getpid(), "state": state,
                 "started_ms": self._started_ms, "heartbeat_ms": int(time.time() * 1000),
                 "bookies": self.cfg.hosting.bookies, "resubmits": self.resubmits}
-        self._require_store().put_app_data(app_key(self.name, "driver"), json.dumps(node).encode())
+        self._require_store().cluster.put_app_data(app_key(self.name, "driver"), json.dumps(node).encode())
 
     def _require_store(self) -> MetadataStore:
         if self._store is None:

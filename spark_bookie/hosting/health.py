@@ -17,7 +17,7 @@ UNREGISTERED = "unregistered"  # the slot's status says serving, but its bookie 
 def _underreplication_view(store: MetadataStore) -> tuple[int | None, str | None]:
     """(number of under-replicated ledgers, current auditor); None where it cannot be read."""
     try:
-        return len(store.list_underreplicated()), store.current_auditor()
+        return len(store.underreplication.list_underreplicated()), store.underreplication.current_auditor()
     except MetadataError as e:  # health reporting must never take the driver down
         log.debug("under-replication view unavailable: %s", e)
         return None, None
@@ -33,7 +33,7 @@ def cluster_health(store: MetadataStore, name: str, wanted: int, *, is_auditor: 
     slot counts only while its bookie is registered; otherwise its state reads "unregistered"."""
     slots = read_slot_statuses(store, name)
     ur, auditor = _underreplication_view(store)
-    writable, readonly = store.list_bookies(), store.list_bookies(readonly=True)
+    writable, readonly = store.cluster.list_bookies(), store.cluster.list_bookies(readonly=True)
     registered = set(writable) | set(readonly)
 
     def state(s: dict[str, Any]) -> Any:

@@ -364,13 +364,13 @@ class SlotRunner:
         if self.bookie is not None:
             self.status.read_only = self.bookie.read_only
         try:
-            self.store.put_app_data(app_key(self.cfg.name, "slots", str(self.slot)), self.status.encode())
+            self.store.cluster.put_app_data(app_key(self.cfg.name, "slots", str(self.slot)), self.status.encode())
         except MetadataError as e:
             log.warning("slot %d: could not write status: %s", self.slot, e)
 
     def _check_stop(self) -> bool:
         try:
-            if self.store.get_app_data(app_key(self.cfg.name, "stop")) is not None:
+            if self.store.cluster.get_app_data(app_key(self.cfg.name, "stop")) is not None:
                 self.stop_requested.set()
         except MetadataError as e:
             log.warning("slot %d: could not read the stop request: %s", self.slot, e)
@@ -461,7 +461,7 @@ class SlotRunner:
             return False
         try:
             bid = self.bookie.bookie_id
-            return bid in self.store.list_bookies() or bid in self.store.list_bookies(readonly=True)
+            return bid in self.store.cluster.list_bookies() or bid in self.store.cluster.list_bookies(readonly=True)
         except MetadataError:
             return False
 
@@ -546,15 +546,15 @@ def run_slot(cfg: HostingConfig, slot: int, _rows: Iterable[Any]) -> Iterator[st
 def read_slot_statuses(store: MetadataStore, name: str) -> dict[int, dict[str, Any]]:
     """Every slot's last reported status (slot → decoded JSON), for the driver and the CLI."""
     out: dict[int, dict[str, Any]] = {}
-    for child in store.list_app_data(app_key(name, "slots")):
+    for child in store.cluster.list_app_data(app_key(name, "slots")):
         if child.isdigit():
-            out[int(child)] = decode_status(store.get_app_data(app_key(name, "slots", child)))
+            out[int(child)] = decode_status(store.cluster.get_app_data(app_key(name, "slots", child)))
     return out
 
 
 def request_stop(store: MetadataStore, name: str, reason: str) -> None:
     """Ask the hosting application ``name`` to stop gracefully (its driver and every slot task
     watch this node)."""
-    store.put_app_data(app_key(name, "stop"), json.dumps(
+    store.cluster.put_app_data(app_key(name, "stop"), json.dumps(
         {"reason": reason, "at_ms": int(time.time() * 1000), "by": f"{socket.gethostname()}:{os.getpid()}"}
     ).encode())

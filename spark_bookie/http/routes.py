@@ -139,7 +139,7 @@ def list_bookies(ctx: AdminContext, req: Request) -> Response:
     kind = choice_param(req.params, "type", ("rw", "ro"))
     hostnames = bool_param(req.params, "print_hostnames")
     store = ctx.client().store
-    ids = sorted(store.list_bookies(readonly=kind == "ro"))
+    ids = sorted(store.cluster.list_bookies(readonly=kind == "ro"))
     return Response.json({b: (_hostname(b) if hostnames else None) for b in ids})
 
 
@@ -170,7 +170,7 @@ def last_log_mark(ctx: AdminContext, req: Request) -> Response:
 # ---------------------------------------------------------------------- autorecovery endpoints
 
 def who_is_auditor(ctx: AdminContext, req: Request) -> Response:
-    auditor = ctx.client().store.current_auditor()
+    auditor = ctx.client().store.underreplication.current_auditor()
     if not auditor:
         raise ApiError(404, "No auditor elected")
     return Response.json({"Auditor": auditor})
@@ -182,7 +182,7 @@ def list_under_replicated(ctx: AdminContext, req: Request) -> Response:
     include = req.params.get("missingreplica") or None
     exclude = req.params.get("excludingmissingreplica") or None
     with_replicas = bool_param(req.params, "printmissingreplica")
-    queued = ctx.client().store.list_underreplicated()
+    queued = ctx.client().store.underreplication.list_underreplicated()
     chosen = {lid: missing for lid, missing in sorted(queued.items())
               if (include is None or include in missing) and (exclude is None or exclude not in missing)}
     if not chosen:

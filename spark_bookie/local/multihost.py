@@ -108,7 +108,7 @@ class MultiHostCluster:
                                         host=self.hosts.gateway, max_session_timeout_ms=self._zk_session_max)
             self.zk.start()
             self.store = connect_metadata(self.connect_string, zk_auth=self.settings.get("zk_auth") or None)
-            self.store.init_cluster()
+            self.store.cluster.init_cluster()
             for host in list(self.hosts)[: self.bookie_hosts]:
                 self.add_bookie(host, wait=False)
             for b in self.bookies:

@@ -117,8 +117,8 @@ class BookieProcess:
                                    f"(log {self.log_path})", self.log_tail())
             # `spark-bookie bookie` prints "ready" after registering; a stale znode of a killed
             # predecessor must not count, so both the line (from this run) and the node are required.
-            if self._says_ready() and self.bookie_id in (store.list_bookies()
-                                                         + store.list_bookies(readonly=True)):
+            if self._says_ready() and self.bookie_id in (store.cluster.list_bookies()
+                                                         + store.cluster.list_bookies(readonly=True)):
                 return
             time.sleep(0.05)
         raise SandboxTimeoutError(f"bookie {self.bookie_id} did not register in {timeout_s:g} s (log {self.log_path})",
@@ -220,7 +220,7 @@ class Sandbox:
             self.zk.start()
         # A secured sandbox's bookies carry zk_auth: the layout is created with the same ACL.
         self.store = connect_metadata(self.connect_string, zk_auth=self.settings.get("zk_auth") or None)
-        self.store.init_cluster()
+        self.store.cluster.init_cluster()
         for _ in range(self._count):
             self.add_bookie(wait=False)
         for b in self.bookies:
@@ -349,7 +349,7 @@ class SparkSandbox:
         if self.zk is not None:
             self.zk.start()
         self.store = connect_metadata(self.connect_string, zk_auth=self.settings.get("zk_auth") or None)
-        self.store.init_cluster()
+        self.store.cluster.init_cluster()
         self.base_port = self._base_port or free_port_range(self.bookies)
         env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": self.python,
                "PYSPARK_DRIVER_PYTHON": self.python, **self.env}
@@ -366,11 +366,11 @@ class SparkSandbox:
             if self.proc is not None and self.proc.poll() is not None:
                 raise SandboxError(f"the bookie-cluster driver exited with {self.proc.returncode} "
                                    f"(log {self.driver_log})", self.log_tail())
-            if set(wanted) <= set(store.list_bookies()):
+            if set(wanted) <= set(store.cluster.list_bookies()):
                 return
             time.sleep(0.5)
         raise SandboxTimeoutError(f"bookies {wanted} not all registered in {timeout_s:g} s (registered: "
-                                  f"{store.list_bookies()}; log {self.driver_log})", self.log_tail())
+                                  f"{store.cluster.list_bookies()}; log {self.driver_log})", self.log_tail())
 
     def _store(self) -> MetadataStore:
         if self.store is None:

@@ -117,7 +117,7 @@ def _back(sb: SparkSandbox, bookie_id: str, killed_pid: int) -> bool:
     store = _store(sb)
     slot = next((s for s in read_slot_statuses(store, APP_NAME).values() if s.get("bookie_id") == bookie_id), {})
     return (slot.get("state") == SERVING and slot.get("executor_pid") not in (None, killed_pid)
-            and bookie_id in store.list_bookies())
+            and bookie_id in store.cluster.list_bookies())
 
 
 def _spark_session(workdir: Path) -> Any:

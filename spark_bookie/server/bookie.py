@@ -182,12 +182,12 @@ class Bookie:
             except MetadataError as e:
                 raise StartupError(f"cannot reach ZooKeeper at {self.config.zk_connect}: {e}") from e
         try:
-            instance = self.metadata.instance_id()
+            instance = self.metadata.cluster.instance_id()
         except MetadataError as e:
             raise StartupError(f"cluster not initialised in ZooKeeper at {self.config.zk_connect} "
                                f"(run `spark-bookie init`): {e}") from e
         cookie = Cookie(self.bookie_id, self.journal_dirs, self.ledger_dirs, instance)
-        if verify_or_create(self.metadata, cookie):
+        if verify_or_create(self.metadata.cluster, cookie):
             log.info("new bookie %s: cookies written", self.bookie_id)
         self.storage.open()
         self._checkpointer = Checkpointer(self.storage, self.journal, self.ledger_dirs[0],
@@ -302,11 +302,11 @@ class Bookie:
                 return
             # The new node first, then the old one goes (BookKeeper's doRegisterReadOnlyBookie):
             # at no moment is the bookie in neither list, so an auditor never sees it lost.
-            self.metadata.register_bookie(self.bookie_id, readonly=read_only,
+            self.metadata.cluster.register_bookie(self.bookie_id, readonly=read_only,
                                           data=self._registration_data(),
                                           wait_ms_max=self.config.registration_wait_ms_max)
             if prev is not None:
-                self.metadata.unregister_bookie(self.bookie_id, readonly=prev)
+                self.metadata.cluster.unregister_bookie(self.bookie_id, readonly=prev)
             self._registered_read_only = read_only
 
     def _on_read_only_change(self, read_only: bool) -> None:
@@ -324,7 +324,7 @@ class Bookie:
 
     def _live_ledgers(self) -> set[int] | None:
         try:
-            return self.metadata.ledger_ids()
+            return self.metadata.ledgers.ledger_ids()
         except MetadataError as e:
             log.warning("GC skipped: ledger list unavailable (%s)", e)
             return None
@@ -398,7 +398,7 @@ class Bookie:
         self._stopped = True
         if self._registered_read_only is not None and self._metadata is not None:
             try:
-                self._metadata.unregister_bookie(self.bookie_id, readonly=self._registered_read_only)
+                self._metadata.cluster.unregister_bookie(self.bookie_id, readonly=self._registered_read_only)
             except MetadataError:
                 pass
         self._gc_stop.set()

@@ -27,7 +27,7 @@ def _exported(tmp_path: Path) -> set[str]:
                         read_cache_hits=lambda: 0, read_cache_misses=lambda: 0, flushed_bytes_total=lambda: 0,
                         flushes_total=lambda: 0, checkpoint_lag_bytes=lambda: 0, read_only=lambda: False,
                         ledger_dirs=[str(tmp_path)], journal_dirs=[str(tmp_path)]))
-    store = SimpleNamespace(list_underreplicated=lambda: {})
+    store = SimpleNamespace(underreplication=SimpleNamespace(list_underreplicated=lambda: {}))
     ar = SimpleNamespace(worker=SimpleNamespace(stats=WorkerStats()), elections_won=1, is_auditor=True,
                          auditor_stats=None, store=store)
     registries: list[CollectorRegistry] = [m.registry, autorecovery_registry(ar)]  # type: ignore[arg-type]
