@@ -28,7 +28,9 @@ if TYPE_CHECKING:
     from .stream.writer import StreamWriter
     from .write_handle import WriteHandle
 
-from . import protocol as _protocol  # noqa: F401  (first: sets gRPC's fork mode, see there)
+from .protocol.grpc_setup import prepare_grpc
+
+prepare_grpc()  # before anything of ours loads grpc (see there)
 
 _EXPORTS = {
     "AsyncLedgerClient": ".async_client", "AsyncReadHandle": ".async_client",

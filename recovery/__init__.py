@@ -14,7 +14,10 @@ ledgers whose writer is gone.
 
 from __future__ import annotations
 
-import ledger_client as _ledger_client  # noqa: F401  (first: sets gRPC's fork mode before grpc loads)
+from ledger_client.protocol.grpc_setup import prepare_grpc
+
+prepare_grpc()  # before anything here loads grpc (ledger_client/protocol/grpc_setup.py)
+
 
 from . import errors
 from .auditor import Auditor, AuditorStats, scan_ledgers

@@ -2,4 +2,6 @@
 sandbox and embedded ZooKeeper (`local/`), benchmarks (`bench/`), the Marathon renderer (`deploy/`)
 and the command line (`cli/`). See the README's layout table for who may import whom."""
 
-import ledger_client.protocol  # noqa: F401  (first: sets gRPC's fork mode before grpc loads)
+from ledger_client.protocol.grpc_setup import prepare_grpc
+
+prepare_grpc()  # before the bookie loads grpc (ledger_client/protocol/grpc_setup.py)

@@ -172,3 +172,28 @@ def test_the_hosting_job_and_the_ledger_client_load_without_pyarrow():
                          cwd=Path(__file__).resolve().parents[2])
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip() == "[]", out.stdout
+
+
+@pytest.mark.parametrize("module", ["ledger_client", "spark_bookie.server.service", "recovery.worker",
+                                    "jobs.ledger_source"])
+def test_every_package_turns_grpc_fork_handlers_off_before_grpc_loads(module):
+    """ledger_client/protocol/grpc_setup.py: the setting counts only if made before `import grpc`."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("import builtins, os\n"
+            "seen = []\n"
+            "real = builtins.__import__\n"
+            "def spy(name, *a, **k):\n"
+            "    if name == 'grpc' and not seen:\n"
+            "        seen.append(os.environ.get('GRPC_ENABLE_FORK_SUPPORT'))\n"
+            "    return real(name, *a, **k)\n"
+            "builtins.__import__ = spy\n"
+            f"import {module}\n"
+            "print(seen)\n")
+    env = {k: v for k, v in os.environ.items() if k != "GRPC_ENABLE_FORK_SUPPORT"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env,
+                         cwd=Path(__file__).resolve().parents[2])
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() in ("['0']", "[]"), out.stdout   # [] : this module loads no grpc at all
