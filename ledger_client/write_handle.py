@@ -22,19 +22,19 @@ import functools
 import logging
 import threading
 import time
-from collections import deque
 from concurrent.futures import Future
 from typing import TYPE_CHECKING
 
 from metadata import LedgerMetadata, LedgerState, MetadataError, transitions
 
 from . import errors
+from .completer import InOrderCompleter
 from .futures import AppendFuture
 from .machines import AddState, Completion, Send
 from .protocol import bookkeeper_pb2 as pb
 from .protocol.framing import Digester
 from .transport import TRANSPORT_FAILURE, status_error
-from .write_timing import PROBE_TIMEOUT_S, SendClock, port_answers
+from .write_timing import BookieProbes, SendClock
 
 if TYPE_CHECKING:
     from .client import LedgerClient
@@ -45,7 +45,6 @@ log = logging.getLogger(__name__)
 _REPLACE_BOOKIE = {pb.EIO, pb.EREADONLY, pb.ETOOMANYREQUESTS, pb.ENOLEDGER, pb.EUNKNOWNLEDGERSTATE}
 
 REJOIN_CHECK_S = 0.5       # a writer with delayed bookies looks for a spare this often
-REJOIN_BACKOFF_MAX_S = 60.0  # a bookie taken back and failing again waits 1, 2, 4 ... up to this before the next
 
 
 class WriteHandle:
@@ -66,22 +65,21 @@ class WriteHandle:
         self._bodies: dict[int, bytes] = {}
         self._futures: dict[int, Future[int]] = {}
         self._sent_at: dict[int, float] = {}
-        self._ready: deque[Completion] = deque()
-        self._draining = False
+        # Completions leave through one in-order completer (ledger_client/completer.py): futures
+        # are settled outside the lock, one thread at a time, in entry-id order.
+        self._completer: InOrderCompleter[Completion, list[tuple[Future[int], int]]] = InOrderCompleter(
+            self._lock, self._take_completed, _settle)
         self._outstanding = 0     # appends not yet completed or failed (bounded: back-pressure)
         self._error: errors.LedgerError | None = None
         self._closed = False
         self._close_lock = threading.Lock()
         self._lac_sent = last_add_confirmed
-        self._idle = threading.Condition(self._lock)
         self._space = threading.Condition(self._lock)
         # Delayed ensemble changes (see the module docstring); recovery's rewrites never delay.
         self._may_delay = client.config.delay_ensemble_change and not recovery
         self._send_clock = SendClock()
-        self._suspect: set[str] = set()        # failed us; not a spare until it answers a probe
+        self._probes = BookieProbes()          # bookies that failed us: not spares until they answer
         self._back: set[str] = set()           # delayed bookies that answered: the next change takes them back
-        self._probe_at: dict[str, float] = {}  # delayed or suspect bookie -> when it may be probed next
-        self._rejoins: dict[str, int] = {}     # bookie -> times taken back (its probe backoff)
         self._rejoin_at = 0.0
         self._rejoining = False
         self._stall_since: float | None = None
@@ -188,9 +186,12 @@ class WriteHandle:
             with self._lock:
                 completions = self._sm.on_acks(bookie, ok)
                 if completions:
-                    self._ready.extend(completions)
-            if completions:
-                self._drain()
+                    self._completer.add(completions)
+                    taken = self._completer.claim()
+                else:
+                    taken = None
+            if taken is not None:
+                self._completer.deliver(taken)
         for entry_id, status, detail in failed:
             self._on_status(bookie, entry_id, status, detail)
 
@@ -214,36 +215,25 @@ class WriteHandle:
 
     def _note_failure(self, bookie: str, exc: BaseException) -> None:
         """Under the lock: from here on no entry completes until the ensemble change is done."""
-        self._suspect.add(bookie)
+        self._probes.failed(bookie)
         if self._error is None and self._sm.on_bookie_failure(bookie):
             log.info("ledger %d: bookie %s failed (%s); changing ensemble", self.ledger_id, bookie, exc)
             self._client.run_soon(self._change_ensemble)
 
-    def _drain(self) -> None:
-        """Complete ready futures in order; only one thread drains at a time."""
-        with self._lock:
-            if self._draining or not self._ready:
-                return
-            self._draining = True
-        while True:
-            with self._lock:
-                if not self._ready:
-                    self._draining = False
-                    self._idle.notify_all()
-                    return
-                batch = list(self._ready)
-                self._ready.clear()
-                futs = [self._futures.pop(c.entry_id) for c in batch]
-                metrics = self._client.metrics
-                if metrics is not None:
-                    now = time.monotonic()
-                    metrics.appended([now - self._sent_at[c.entry_id] for c in batch])
-                for c in batch:
-                    del self._bodies[c.entry_id]
-                    del self._sent_at[c.entry_id]
-                self._release(len(batch))
-            for c, f in zip(batch, futs, strict=True):
-                f.set_result(c.entry_id)
+    def _take_completed(self, batch: list[Completion]) -> list[tuple[Future[int], int]]:
+        """Under the lock, for the completer: forget what the completed entries held, make room
+        for more appends; the futures to settle (outside the lock) with their entry ids."""
+        futures, bodies, sent_at = self._futures, self._bodies, self._sent_at
+        out = [(futures.pop(c.entry_id), c.entry_id) for c in batch]
+        metrics = self._client.metrics
+        if metrics is not None:
+            now = time.monotonic()
+            metrics.appended([now - sent_at[c.entry_id] for c in batch])
+        for c in batch:
+            del bodies[c.entry_id]
+            del sent_at[c.entry_id]
+        self._release(len(batch))
+        return out
 
     def _release(self, n: int) -> None:
         """Under the lock: `n` appends are finished; wake an append waiting for room."""
@@ -294,7 +284,7 @@ class WriteHandle:
         would change nothing (no spare, none back): the change is delayed. NotEnoughBookiesError
         when there is no spare and delaying is off."""
         writable = self._client.registry.writable()
-        exclude = planned | self._suspect if self._may_delay else planned   # a suspect is probed when delayed
+        exclude = planned | self._probes.suspects() if self._may_delay else planned   # a suspect is probed when delayed
         placement = self._client.placement
         try:
             return placement.replace(ensemble, indexes, writable, exclude), set()
@@ -314,16 +304,15 @@ class WriteHandle:
             if self._error is not None:   # failed meanwhile: nothing to resend or complete
                 return False
             sends, completions = self._sm.apply_change(key, new, delayed)
-            self._ready.extend(completions)
+            self._completer.add(completions)
             now = time.monotonic()
             for s in sends:  # the add timeout counts from the resend, not the first send
                 if self._sent_at.pop(s.entry_id, None) is not None:
                     self._sent_at[s.entry_id] = now  # re-inserted last: the dict stays in time order
             self._send(sends)
             short = self._sm.take_short()
-            for b in back - delayed:
-                self._rejoins[b] = self._rejoins.get(b, 0) + 1
-            self._note_delayed(delayed, now)
+            self._probes.rejoined(back - delayed)
+            self._probes.schedule(delayed, self._sm.delayed, now)
             self._stall_since = None
             again = self._sm.changing
         log.info("ledger %d: fragment %d is now %s%s%s", self.ledger_id, key, new,
@@ -332,7 +321,7 @@ class WriteHandle:
         if self._client.metrics is not None:
             self._client.metrics.ensemble_changes.inc()
         self._mark_underreplicated(short)
-        self._drain()
+        self._completer.run()
         return again
 
     def _delay(self, planned: set[str]) -> bool:
@@ -343,26 +332,16 @@ class WriteHandle:
                 return False
             fresh = planned - self._sm.delayed
             completions = self._sm.delay_change()
-            self._ready.extend(completions)
-            self._note_delayed(planned, time.monotonic())
+            self._completer.add(completions)
+            self._probes.schedule(planned, self._sm.delayed, time.monotonic())
             quorum_lost, again = self._sm.quorum_lost, self._sm.changing
         if fresh:
             log.warning("ledger %d: no spare bookie to replace %s; writing on without %s (%s)", self.ledger_id,
                         sorted(fresh), "them" if len(fresh) > 1 else "it",
                         "a write set has fewer than Qa live bookies: appends wait for one" if quorum_lost
                         else "the ledger is under-replicated until the ensemble changes")
-        self._drain()
+        self._completer.run()
         return again
-
-    def _note_delayed(self, delayed: set[str], now: float) -> None:
-        """Under the lock: when each newly delayed bookie may be probed (backing off for bookies
-        taken back before that failed again); forget the others."""
-        for b in delayed:
-            if b not in self._probe_at:
-                self._probe_at[b] = now + min(REJOIN_BACKOFF_MAX_S, 2.0 ** self._rejoins.get(b, 0))
-        for b in list(self._probe_at):
-            if b not in self._sm.delayed and b not in self._suspect:
-                del self._probe_at[b]
 
     # ------------------------------------------------------------------ delayed changes: retries
 
@@ -375,8 +354,9 @@ class WriteHandle:
                 if self._error is not None or self._closed or not self._sm.delayed:
                     return
                 ensemble, delayed = list(self._sm.ensemble), set(self._sm.delayed)
-            spare = any(b not in ensemble and (b not in self._suspect or self._answers(b)) for b in writable)
-            back = set() if spare else {b for b in delayed if b in writable and self._answers(b)}
+            probes = self._probes
+            spare = any(b not in ensemble and (not probes.is_suspect(b) or probes.answers(b)) for b in writable)
+            back = set() if spare else {b for b in delayed if b in writable and probes.answers(b)}
             if not spare and not back:
                 return
             with self._lock:
@@ -390,20 +370,6 @@ class WriteHandle:
             with self._lock:
                 self._rejoining = False
                 self._rejoin_at = time.monotonic() + REJOIN_CHECK_S
-
-    def _answers(self, bookie: str) -> bool:
-        """Probe a bookie that failed us (at most once per second, and later after being taken
-        back and failing again): does its port accept a connection? It stops being suspect if so."""
-        with self._lock:
-            if time.monotonic() < self._probe_at.get(bookie, 0.0):
-                return False
-        if not port_answers(bookie, PROBE_TIMEOUT_S):
-            with self._lock:
-                self._probe_at[bookie] = time.monotonic() + 1.0
-            return False
-        with self._lock:
-            self._suspect.discard(bookie)
-        return True
 
     def _mark_underreplicated(self, bookies: set[str]) -> None:
         """Entries this writer acknowledged are missing on ``bookies`` (it wrote on without them,
@@ -438,7 +404,7 @@ class WriteHandle:
                 self._bodies.pop(i, None)
                 self._sent_at.pop(i, None)
             self._release(len(ids))
-            self._idle.notify_all()
+            self._completer.idle.notify_all()
             short = self._sm.finish()
         for f in futs:
             if not f.done():
@@ -573,12 +539,13 @@ class WriteHandle:
 
     def _wait_idle(self, timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s
-        with self._idle:
-            while self._sm.pending or self._ready or self._draining:
+        idle = self._completer.idle   # notified after each delivery and when the handle fails
+        with idle:
+            while self._sm.pending or self._completer.busy:
                 left = deadline - time.monotonic()
                 if left <= 0 or self._error is not None:
                     return
-                self._idle.wait(min(left, 0.1))
+                idle.wait(left)
 
     def _close_metadata(self) -> LedgerMetadata:
         lac, length = self._sm.lac, self._sm.lac_length
@@ -613,3 +580,9 @@ class WriteHandle:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _settle(done: list[tuple[Future[int], int]]) -> None:
+    """The completer's delivery: each completed append's future gets its entry id, in order."""
+    for f, eid in done:
+        f.set_result(eid)

@@ -5,8 +5,13 @@ from __future__ import annotations
 
 import bisect
 import socket
+import threading
+import time
+from collections.abc import Collection
 
 PROBE_TIMEOUT_S = 1.0      # a bookie that failed us is back when its port accepts a connection this fast
+PROBE_RETRY_S = 1.0        # a probe that found the port closed is not repeated sooner
+REJOIN_BACKOFF_MAX_S = 60.0  # a bookie taken back and failing again waits 1, 2, 4 ... up to this before the next
 
 
 class SendClock:
@@ -31,6 +36,62 @@ class SendClock:
         """A time `entry_id` was sent before (None: sent after the last mark)."""
         i = bisect.bisect_right(self._ids, entry_id)
         return self._times[i] if i < len(self._ids) else None
+
+
+class BookieProbes:
+    """The bookies that failed a writer: suspect (not a spare) until a probe finds their port open,
+    and when each may be probed next. A delayed bookie that was taken back and failed again waits
+    1, 2, 4 ... up to REJOIN_BACKOFF_MAX_S before its next probe, so a bookie that keeps failing
+    cannot make a new fragment every add timeout. Thread-safe (a lock of its own)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._suspect: set[str] = set()
+        self._probe_at: dict[str, float] = {}   # delayed or suspect bookie -> when it may be probed next
+        self._rejoins: dict[str, int] = {}      # bookie -> times taken back (its probe backoff)
+
+    def failed(self, bookie: str) -> None:
+        with self._lock:
+            self._suspect.add(bookie)
+
+    def suspects(self) -> set[str]:
+        with self._lock:
+            return set(self._suspect)
+
+    def is_suspect(self, bookie: str) -> bool:
+        with self._lock:
+            return bookie in self._suspect
+
+    def rejoined(self, bookies: Collection[str]) -> None:
+        """``bookies`` were taken back into the ensemble (a later failure backs off longer)."""
+        with self._lock:
+            for b in bookies:
+                self._rejoins[b] = self._rejoins.get(b, 0) + 1
+
+    def schedule(self, delayed: Collection[str], still_delayed: Collection[str], now: float) -> None:
+        """When each newly ``delayed`` bookie may be probed; forget those neither still delayed nor
+        suspect."""
+        with self._lock:
+            for b in delayed:
+                if b not in self._probe_at:
+                    self._probe_at[b] = now + min(REJOIN_BACKOFF_MAX_S, 2.0 ** self._rejoins.get(b, 0))
+            for b in list(self._probe_at):
+                if b not in still_delayed and b not in self._suspect:
+                    del self._probe_at[b]
+
+    def answers(self, bookie: str) -> bool:
+        """Probe a bookie that failed us, when its time has come: does its port accept a
+        connection? It stops being suspect if so."""
+        with self._lock:
+            if time.monotonic() < self._probe_at.get(bookie, 0.0):
+                return False
+        if not port_answers(bookie, PROBE_TIMEOUT_S):
+            with self._lock:
+                self._probe_at[bookie] = time.monotonic() + PROBE_RETRY_S
+            return False
+        with self._lock:
+            self._suspect.discard(bookie)
+        return True
 
 
 def port_answers(bookie_id: str, timeout_s: float) -> bool:
