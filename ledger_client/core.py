@@ -151,8 +151,7 @@ class LedgerCore:
                 ctime=int(time.time() * 1000),
                 custom_metadata={k: bytes(v) for k, v in (custom_metadata or {}).items()})
             self.store.ledgers.create_ledger_metadata(md)
-        # write_handle.py still annotates its client as LedgerClient; it uses only this core's members.
-        w = WriteHandle(self, md, Digester(digest_type, bytes(password)), key)  # type: ignore[arg-type]
+        w = WriteHandle(self, md, Digester(digest_type, bytes(password)), key)
         self._writers.add(w)
         if self.metrics is not None:
             self.metrics.creates.inc()

@@ -140,8 +140,7 @@ class LedgerRecovery:
         return copy[0]
 
     def _read_and_rewrite(self, start: int) -> LedgerMetadata:
-        # write_handle.py still annotates its client as LedgerClient; it uses only the core's members.
-        writer = WriteHandle(self._client, self._md, self._digester, self._key,  # type: ignore[arg-type]
+        writer = WriteHandle(self._client, self._md, self._digester, self._key,
                              recovery=True, last_add_confirmed=start, length=self._entry_length(start))
         self._client.watch_writer(writer)  # add timeouts apply to recovery's rewrites too
         recovery_md = self._md  # reads go to the ensembles recovery started with (TLA+ model)
@@ -168,10 +167,12 @@ class LedgerRecovery:
         try:
             for f in pending:
                 f.result(timeout=max(1.0, self._deadline - time.monotonic()))
+            md, lac, length = writer.metadata, writer.last_add_confirmed, writer.length
         finally:
             self._client.forget_writer(writer)
+            writer.abandon()   # a late failure of a rewrite must not start an ensemble change
         log.info("ledger %d: recovered up to entry %d (%d rewritten)", self._lid, e - 1, len(pending))
-        return self._close(writer.metadata, writer.last_add_confirmed, writer.length)
+        return self._close(md, lac, length)
 
     def _close(self, local: LedgerMetadata, last_entry_id: int, length: int) -> LedgerMetadata:
         """Publish the recovery's fragments and its end in one CAS on the version recovery began

@@ -37,7 +37,7 @@ from .transport import TRANSPORT_FAILURE, status_error
 from .write_timing import BookieProbes, SendClock
 
 if TYPE_CHECKING:
-    from .client import LedgerClient
+    from .core import LedgerCore
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +50,7 @@ REJOIN_CHECK_S = 0.5       # a writer with delayed bookies looks for a spare thi
 class WriteHandle:
     """Appends to one ledger. Thread-safe; also a context manager (close on exit)."""
 
-    def __init__(self, client: LedgerClient, md: LedgerMetadata, digester: Digester, master_key: bytes,
+    def __init__(self, client: LedgerCore, md: LedgerMetadata, digester: Digester, master_key: bytes,
                  *, recovery: bool = False, last_add_confirmed: int = -1, length: int = 0) -> None:
         self._client = client
         self.ledger_id = md.ledger_id
@@ -532,6 +532,11 @@ class WriteHandle:
                 self._client.pool.get(b).write_lac(self.ledger_id, lac, self._key, body)
             except errors.LedgerError as e:
                 log.debug("explicit LAC to %s failed: %s", b, e)
+
+    def abandon(self) -> None:
+        """Its owner is done with the handle without closing the ledger (a recovery that closed it
+        by its own CAS): answers still on their way start no ensemble change."""
+        self._fail(errors.LedgerClosedError(f"ledger {self.ledger_id}: this writer was abandoned"))
 
     def wait_idle(self, timeout_s: float) -> None:
         """Block until nothing is pending (or the handle failed, or the timeout passed)."""
