@@ -55,9 +55,9 @@ def write_ledger(c: LedgerClient, entries: int, *, close: bool, size: int = 200,
 
 def ledgers_naming(store: MetadataStore, bookie: str) -> list[int]:
     out = []
-    for lid in store.list_ledgers():
+    for lid in store.ledgers.list_ledgers():
         try:
-            if bookie in store.read_ledger_metadata(lid)[0].bookies():
+            if bookie in store.ledgers.read_ledger_metadata(lid)[0].bookies():
                 out.append(lid)
         except NoNodeError:
             pass
@@ -67,8 +67,8 @@ def ledgers_naming(store: MetadataStore, bookie: str) -> list[int]:
 def wait_fully_repaired(store: MetadataStore, bookie: str, timeout_s: float) -> float:
     """Wait until no ledger names ``bookie`` and the queue is empty; returns the seconds it took."""
     t0 = time.monotonic()
-    wait_until(lambda: not ledgers_naming(store, bookie) and not store.list_underreplicated(), timeout_s,
-               what=f"no ledger naming {bookie} and an empty under-replication queue")
+    wait_until(lambda: not ledgers_naming(store, bookie) and not store.underreplication.list_underreplicated(),
+               timeout_s, what=f"no ledger naming {bookie} and an empty under-replication queue")
     return time.monotonic() - t0
 
 

@@ -132,8 +132,8 @@ def check_placement(cluster: MultiHostCluster, store: MetadataStore | None = Non
     store = store or cluster.store
     assert store is not None
     fragments = 0
-    for lid in store.list_ledgers():
-        md = store.read_ledger_metadata(lid)[0]
+    for lid in store.ledgers.list_ledgers():
+        md = store.ledgers.read_ledger_metadata(lid)[0]
         for first, ensemble in md.ensembles.items():
             hosts = [cluster.host_of(b).name for b in ensemble]
             assert len(set(hosts)) == len(hosts), f"ledger {lid} fragment {first}: {ensemble} on hosts {hosts}"

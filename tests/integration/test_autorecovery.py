@@ -30,7 +30,7 @@ ENTRIES = 60
 def test_killed_bookie_is_replaced_in_closed_and_open_ledgers(cluster_factory, tmp_path):
     conf = write_autorecovery_conf(tmp_path / "autorecovery.toml")
     sb = cluster_factory(5, autorecovery_enabled=True, autorecovery_conf=str(conf))
-    sb.store.set_lost_bookie_recovery_delay_s(1)
+    sb.store.underreplication.set_lost_bookie_recovery_delay_s(1)
     with client(sb) as c:
         open_ids, writers = [], []
         for _ in range(2):
@@ -72,12 +72,13 @@ def test_deleted_ledger_is_dropped_from_the_queue(cluster_factory, tmp_path):
         keep = write_ledger(c, 20, close=True)[0]
         gone = write_ledger(c, 20, close=True)[0]
         victim = c.ledger_metadata(gone).ensembles[0][0]
-        sb.store.set_replication_enabled(False)        # queue them while no worker may take them
-        sb.store.mark_underreplicated(gone, [victim])
-        sb.store.mark_underreplicated(keep, ["127.0.0.1:1"])   # names nobody in the ledger: nothing to do
+        sb.store.underreplication.set_replication_enabled(False)        # queue them while no worker may take them
+        sb.store.underreplication.mark_underreplicated(gone, [victim])
+        # names nobody in the ledger: nothing to do
+        sb.store.underreplication.mark_underreplicated(keep, ["127.0.0.1:1"])
         c.delete_ledger(gone)
-        sb.store.set_replication_enabled(True)
-        wait_until(lambda: not sb.store.list_underreplicated(), 30, "the queue to empty")
+        sb.store.underreplication.set_replication_enabled(True)
+        wait_until(lambda: not sb.store.underreplication.list_underreplicated(), 30, "the queue to empty")
         assert c.ledger_metadata(keep).is_closed and gone not in set(c.list_ledgers())
 
 
@@ -86,7 +87,7 @@ def test_writer_keeps_writing_while_its_older_fragments_are_rereplicated(cluster
     rng = random.Random(seed)
     conf = write_autorecovery_conf(tmp_path / "autorecovery.toml")
     sb = cluster_factory(6, autorecovery_enabled=True, autorecovery_conf=str(conf))
-    sb.store.set_lost_bookie_recovery_delay_s(0)
+    sb.store.underreplication.set_lost_bookie_recovery_delay_s(0)
     with client(sb) as c:
         w = c.create_ledger(3, 2, 2)
         acked: list[int] = []

@@ -25,10 +25,10 @@ def test_periodic_check_finds_a_live_bookie_missing_entries(cluster_factory, tmp
     sb = cluster_factory(4, autorecovery_enabled=True, autorecovery_conf=str(conf))
     store = sb.store
     a, b, c = (x.bookie_id for x in sb.bookies[:3])
-    lid = store.generate_ledger_id()
+    lid = store.ledgers.generate_ledger_id()
     md = LedgerMetadata.new_open(lid, [a, b, c], write_quorum_size=3, ack_quorum_size=2,
                                  digest_type=DigestType.CRC32C, password=PASSWORD)
-    store.create_ledger_metadata(dataclasses.replace(md, state=LedgerState.CLOSED, last_entry_id=ENTRIES - 1,
+    store.ledgers.create_ledger_metadata(dataclasses.replace(md, state=LedgerState.CLOSED, last_entry_id=ENTRIES - 1,
                                                      length=100 * ENTRIES))
     for bookie in (a, b):   # `c` never got them: as if it had lost its copy of the ledger
         with BookieClient(bookie) as client:
@@ -37,7 +37,7 @@ def test_periodic_check_finds_a_live_bookie_missing_entries(cluster_factory, tmp
     wait_fully_repaired(store, c, timeout_s=60)
     print(f"\nfound and repaired {time.monotonic() - t0:.1f}s after the ledger appeared")
     assert sb.bookies[2].alive
-    fixed, _ = store.read_ledger_metadata(lid)
+    fixed, _ = store.ledgers.read_ledger_metadata(lid)
     ensemble = fixed.ensembles[0]
     assert c not in ensemble and a in ensemble and b in ensemble
     for e in range(ENTRIES):

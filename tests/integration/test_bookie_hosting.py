@@ -64,7 +64,7 @@ def wait_until(pred: Callable[[], bool], timeout_s: float = 30.0, what: str = ""
 @pytest.fixture
 def store(zk_connect: str) -> Any:
     with connect_metadata(zk_connect) as s:
-        s.init_cluster()
+        s.cluster.init_cluster()
         yield s
 
 
@@ -87,9 +87,9 @@ def test_slot_serves_until_stop_request_and_comes_back_with_same_id_and_data(
     t = SlotThread(cfg)
     t.start()
     wait_until(lambda: status(store).get("state") == SERVING, what="slot serving")
-    assert store.list_bookies() == [bookie_id]
+    assert store.cluster.list_bookies() == [bookie_id]
     wait_until(lambda: status(store).get("registered") is True, what="heartbeat reporting the registration")
-    assert store.bookie_info(bookie_id)["network_location"] == "/127.0.0.1"
+    assert store.cluster.bookie_info(bookie_id)["network_location"] == "/127.0.0.1"
     with LedgerClient(zk_connect, config=CLIENT) as client:
         w = client.create_ledger(1, 1, 1, password=b"pw")
         ids = [w.append(f"e{i}".encode()) for i in range(10)]
@@ -98,13 +98,13 @@ def test_slot_serves_until_stop_request_and_comes_back_with_same_id_and_data(
     t.join(30)
     assert not t.is_alive() and t.error is None, t.error
     assert json.loads(t.output[0])["state"] == STOPPED
-    assert store.list_bookies() == []  # unregistered on a graceful stop
+    assert store.cluster.list_bookies() == []  # unregistered on a graceful stop
     assert status(store)["state"] == STOPPED
 
-    store.delete_app_data(app_key(cfg.name, "stop"))  # what the next driver does at start
+    store.cluster.delete_app_data(app_key(cfg.name, "stop"))  # what the next driver does at start
     t2 = SlotThread(cfg)
     t2.start()
-    wait_until(lambda: store.list_bookies() == [bookie_id], what="same bookie back")
+    wait_until(lambda: store.cluster.list_bookies() == [bookie_id], what="same bookie back")
     with LedgerClient(zk_connect, config=CLIENT) as client:
         r = client.open_ledger(w.ledger_id, password=b"pw")
         assert [e.data for e in r.read(0, ids[-1])] == [f"e{i}".encode() for i in range(10)]
@@ -136,13 +136,13 @@ def test_lost_slot_directory_reports_failed_and_stops_cleanly(
     wait_until(lambda: status(store).get("state") == SERVING, what="slot serving")
     request_stop(store, cfg.name, "test")
     t.join(30)
-    store.delete_app_data(app_key(cfg.name, "stop"))
+    store.cluster.delete_app_data(app_key(cfg.name, "stop"))
     shutil.rmtree(cfg.slot_dir(0))  # the disk was replaced
     t = SlotThread(cfg)
     t.start()
     wait_until(lambda: status(store).get("state") == FAILED, what="slot failed")
     assert "cookie" in status(store)["error"].lower()
-    assert store.list_bookies() == []
+    assert store.cluster.list_bookies() == []
     time.sleep(1.5)
     assert t.is_alive()  # keeps retrying rather than failing the task (and the job)
     request_stop(store, cfg.name, "test")
@@ -158,7 +158,7 @@ def test_slot_runs_a_replication_worker_beside_its_bookie(
     t.start()
     wait_until(lambda: status(store).get("state") == SERVING, what="slot serving")
     assert status(store)["autorecovery"] == "worker"
-    assert store.current_auditor() is None  # a worker, not an auditor candidate: that is the driver
+    assert store.underreplication.current_auditor() is None  # a worker, not an auditor candidate: that is the driver
     request_stop(store, cfg.name, "test")
     t.join(30)
     assert not t.is_alive() and t.error is None

@@ -169,8 +169,8 @@ def test_read_only_mode_engages_and_clears(cluster_factory, tmp_path):
         try:
             # The bookie joins the read-only list before it leaves the writable one
             # (BookKeeper's order: never in neither list), so wait for both.
-            wait_until(lambda: b.bookie_id in store.list_bookies(readonly=True)
-                       and b.bookie_id not in store.list_bookies(),
+            wait_until(lambda: b.bookie_id in store.cluster.list_bookies(readonly=True)
+                       and b.bookie_id not in store.cluster.list_bookies(),
                        what="read-only registration replacing the writable one")
             r = add_all(c, 8, range(5, 6))[0]
             assert r.status == pb.EREADONLY
@@ -178,8 +178,8 @@ def test_read_only_mode_engages_and_clears(cluster_factory, tmp_path):
             check_entry(c, 8, 4)  # reads are still served
         finally:
             filler.unlink()
-        wait_until(lambda: b.bookie_id in store.list_bookies()
-                   and b.bookie_id not in store.list_bookies(readonly=True),
+        wait_until(lambda: b.bookie_id in store.cluster.list_bookies()
+                   and b.bookie_id not in store.cluster.list_bookies(readonly=True),
                    what="writable registration replacing the read-only one")
         assert add_all(c, 8, range(5, 6))[0].status == pb.EOK
 
@@ -187,15 +187,15 @@ def test_read_only_mode_engages_and_clears(cluster_factory, tmp_path):
 def test_gc_frees_a_deleted_ledgers_space(cluster_factory):
     sb = cluster_factory(1, entry_log_size_bytes_max=1 << 20, gc_interval_ms=300, flush_interval_ms=200)
     b = sb.bookies[0]
-    sb.store.create_ledger_node(11, b"")
-    sb.store.create_ledger_node(12, b"")
+    sb.store.ledgers.create_ledger_node(11, b"")
+    sb.store.ledgers.create_ledger_node(12, b"")
     size = 8 * 1024
     with BookieClient(b.bookie_id) as c:
         add_all(c, 11, range(1500), size=size)   # ~12 MB in many entry logs
         add_all(c, 12, range(50), size=size)
         wait_until(lambda: dir_bytes(b.ledger_dir) > 10e6, what="entries flushed to entry logs")
         before = dir_bytes(b.ledger_dir)
-        sb.store.delete_ledger_node(11)
+        sb.store.ledgers.delete_ledger_node(11)
         wait_until(lambda: dir_bytes(b.ledger_dir) < before - 8e6, timeout_s=60, what="GC to reclaim space")
         assert c.read(11, 0).status == pb.ENOLEDGER
         for e in range(50):
@@ -233,11 +233,11 @@ def test_cookie_refusals(cluster_factory, tmp_path):
     shutil.rmtree(j)
     shutil.move(str(saved), str(j))
 
-    cookie = sb.store.read_cookie(b.bookie_id)
-    sb.store.delete_cookie(b.bookie_id, cookie[1])
+    cookie = sb.store.cluster.read_cookie(b.bookie_id)
+    sb.store.cluster.delete_cookie(b.bookie_id, cookie[1])
     no_zk_cookie = _run_bookie(zk, port, j, lg)
     assert no_zk_cookie.returncode == 2 and "ZooKeeper has none" in no_zk_cookie.stderr
-    sb.store.write_cookie(b.bookie_id, cookie[0], None)
+    sb.store.cluster.write_cookie(b.bookie_id, cookie[0], None)
 
     # With everything put back, the same bookie starts and still has its data.
     sb.restart(b)
@@ -274,7 +274,7 @@ def test_restart_waits_for_stale_registration(cluster_factory):
     sb = cluster_factory(1)
     b = sb.bookies[0]
     b.kill()
-    assert b.bookie_id in sb.store.list_bookies()  # the dead session's ephemeral node lingers
+    assert b.bookie_id in sb.store.cluster.list_bookies()  # the dead session's ephemeral node lingers
     t0 = time.monotonic()
     sb.restart(b)
     with BookieClient(b.bookie_id) as c:

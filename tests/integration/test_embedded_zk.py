@@ -64,9 +64,9 @@ def test_start_serve_stop(tmp_path: Path) -> None:
 def test_data_survives_restart(tmp_path: Path) -> None:
     with EmbeddedZooKeeper(free_port(), tmp_path / "zk") as zk:
         with connect(zk.connect_string) as store:
-            instance = store.init_cluster()
+            instance = store.cluster.init_cluster()
     with EmbeddedZooKeeper(zk.port, tmp_path / "zk") as zk2, connect(zk2.connect_string) as store:
-        assert store.instance_id() == instance
+        assert store.cluster.instance_id() == instance
 
 
 def test_port_in_use_is_a_clear_error(tmp_path: Path) -> None:

@@ -66,24 +66,25 @@ def test_full_ledger_disk_restarts_read_only_and_recovers(cluster_factory, tmpfs
     filler = disk / "filler.bin"          # space the test frees at the end
     with open(filler, "wb") as f:
         os.posix_fallocate(f.fileno(), 0, 24 << 20)
-    sb.store.create_ledger_node(LEDGER, b"")
+    sb.store.ledgers.create_ledger_node(LEDGER, b"")
     b = sb.add_bookie()                   # default thresholds: 95% read-only, 90% writable again
     store = sb.store
     with BookieClient(b.bookie_id) as c:
         acked = _fill(c, 0, 2_000)
         assert len(acked) > 100
-        wait_until(lambda: b.bookie_id in store.list_bookies(readonly=True), what="read-only registration")
+        wait_until(lambda: b.bookie_id in store.cluster.list_bookies(readonly=True), what="read-only registration")
         _read_all(c, acked)
     b.kill()
     sb.restart(b)                         # it must start: read-only, serving reads
-    assert b.bookie_id in store.list_bookies(readonly=True) and b.bookie_id not in store.list_bookies()
+    assert b.bookie_id in store.cluster.list_bookies(readonly=True) and b.bookie_id not in store.cluster.list_bookies()
     with BookieClient(b.bookie_id) as c:
         _read_all(c, acked)
         assert c.add(LEDGER, acked[-1] + 1, master_key(b""), body(LEDGER, acked[-1] + 1, ENTRY)).result(30).status \
             == pb.EREADONLY
         assert c.info().read_only
         filler.unlink()
-        wait_until(lambda: b.bookie_id in store.list_bookies() and b.bookie_id not in store.list_bookies(readonly=True),
+        wait_until(lambda: b.bookie_id in store.cluster.list_bookies()
+                   and b.bookie_id not in store.cluster.list_bookies(readonly=True),
                    what="writable registration after space was freed")
         more = [acked[-1] + 1 + i for i in range(20)]
         for e in more:
@@ -100,7 +101,7 @@ def test_bookie_starts_read_only_on_a_disk_filled_to_the_last_byte(cluster_facto
     starts, read-only, and serves what it acknowledged; freed space makes it writable again."""
     sb = cluster_factory(0)
     disk = tmpfs(sb.root / "bookie-0" / "ledgers", 64)
-    sb.store.create_ledger_node(LEDGER, b"")
+    sb.store.ledgers.create_ledger_node(LEDGER, b"")
     b = sb.add_bookie(flush_interval_ms=200)
     with BookieClient(b.bookie_id) as c:
         acked = [e for e in range(200)
@@ -118,11 +119,12 @@ def test_bookie_starts_read_only_on_a_disk_filled_to_the_last_byte(cluster_facto
             pass
     sb.restart(b)
     store = sb.store
-    assert b.bookie_id in store.list_bookies(readonly=True)
+    assert b.bookie_id in store.cluster.list_bookies(readonly=True)
     with BookieClient(b.bookie_id) as c:
         _read_all(c, acked)
         hog.unlink()
-        wait_until(lambda: b.bookie_id in store.list_bookies() and b.bookie_id not in store.list_bookies(readonly=True),
+        wait_until(lambda: b.bookie_id in store.cluster.list_bookies()
+                   and b.bookie_id not in store.cluster.list_bookies(readonly=True),
                    what="writable after space was freed")
         assert c.add(LEDGER, 200, master_key(b""), body(LEDGER, 200, ENTRY)).result(30).status == pb.EOK
         _read_all(c, acked + [200])

@@ -148,7 +148,7 @@ def test_a_host_dies_whole_and_comes_back_on_its_disks(multihost) -> None:
         assert h2.pids() == [] and sleeper.poll() is not None
         assert all(not b.alive for b in cluster.bookies_on(h2))
         cluster.restart_host(h2)  # same directories: the cookie matches, the data is there
-        wait_until(lambda: f"{h2.address}:3181" in cluster.store.list_bookies(), 60, "h2's bookie back")
+        wait_until(lambda: f"{h2.address}:3181" in cluster.store.cluster.list_bookies(), 60, "h2's bookie back")
         r = c.open_ledger(w.ledger_id, recovery=False)
         assert [e.data for e in r.read(0, 29)] == [data(w.ledger_id, i) for i in range(30)]
     finally:

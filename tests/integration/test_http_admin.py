@@ -132,8 +132,8 @@ def test_autorecovery_endpoints_and_decommission(cluster_factory, tmp_path):
             w.append(b"%d" % i)
         w.close()
         victim = c.ledger_metadata(w.ledger_id).ensembles[0][0]
-        sb.store.set_replication_enabled(False)  # keep it queued while we look
-        sb.store.mark_underreplicated(w.ledger_id, [victim])
+        sb.store.underreplication.set_replication_enabled(False)  # keep it queued while we look
+        sb.store.underreplication.mark_underreplicated(w.ledger_id, [victim])
         assert call_json(url + "/api/v1/autorecovery/list_under_replicated_ledger") == (200, [w.ledger_id])
         assert call_json(url + "/api/v1/autorecovery/list_under_replicated_ledger?printmissingreplica=true") == (
             200, {str(w.ledger_id): [victim]})
@@ -141,8 +141,8 @@ def test_autorecovery_endpoints_and_decommission(cluster_factory, tmp_path):
                          )[1] == [w.ledger_id]
         assert call_json(url + "/api/v1/autorecovery/list_under_replicated_ledger?excludingmissingreplica="
                          + victim)[0] == 404
-        sb.store.set_replication_enabled(True)
-        wait_until(lambda: not sb.store.list_underreplicated(), 60, "the queue to empty")
+        sb.store.underreplication.set_replication_enabled(True)
+        wait_until(lambda: not sb.store.underreplication.list_underreplicated(), 60, "the queue to empty")
         status, msg = call_json(url + "/api/v1/autorecovery/decommission", "PUT", {"bookie_src": victim})
         assert status == 200 and victim in msg
 
@@ -152,7 +152,7 @@ def test_autorecovery_endpoints_and_decommission(cluster_factory, tmp_path):
 
 
 def _has_cookie(sb, bookie_id: str) -> bool:
-    return sb.store.read_cookie(bookie_id) is not None
+    return sb.store.cluster.read_cookie(bookie_id) is not None
 
 
 def test_read_only_bookie_says_so(cluster_factory):

@@ -20,7 +20,7 @@ pytestmark = pytest.mark.integration
 
 def test_bookie_logs_json_lines_with_its_id(zk_connect, tmp_path):
     store = connect_metadata(zk_connect)
-    store.init_cluster()
+    store.cluster.init_cluster()
     store.close()
     port = free_port()
     out = tmp_path / "bookie.out"

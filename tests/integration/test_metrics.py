@@ -81,7 +81,7 @@ def test_metrics_disabled_bookie_serves_an_empty_registry(cluster_factory):
 
 def test_autorecovery_metrics_move_as_a_killed_bookie_is_replaced(cluster_factory, tmp_path):
     sb = cluster_factory(4)
-    sb.store.set_lost_bookie_recovery_delay_s(0)
+    sb.store.underreplication.set_lost_bookie_recovery_delay_s(0)
     conf = write_autorecovery_conf(tmp_path / "autorecovery.toml")
     port = free_port()
     ar = AutoRecoveryProcess(sb.connect_string, conf, "ar-1", tmp_path / "ar.log", "--http-port", str(port))

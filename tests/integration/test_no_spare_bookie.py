@@ -92,7 +92,7 @@ def test_writer_goes_on_without_a_spare_and_the_bookie_back_gets_every_entry(sb:
             # The writer marked the ledger under-replicated for what the bookie missed (entries
             # 50.. of the first fragment); the worker copied it back: every copy is there.
             wait_until(lambda: _replicated(c, lid, 300), 120, "every entry on every bookie of its write set")
-            wait_until(lambda: lid not in sb.store.list_underreplicated(), 60, "the mark to clear")  # type: ignore[union-attr]
+            wait_until(lambda: lid not in sb.store.underreplication.list_underreplicated(), 60, "the mark to clear")  # type: ignore[union-attr]
             r = c.open_ledger(lid, b"")
             assert [e.data for e in r.read(0, 299)] == [data(lid, i, SIZE) for i in range(300)]
     finally:

@@ -109,10 +109,11 @@ def test_bookie_cut_from_zookeeper_but_not_from_clients(multihost, seed) -> None
         append_some(20)
         cluster.hosts.faults.isolate_from([victim], cluster.hosts.gateway, cluster.zk_port,
                                           one_way=rng.random() < 0.5)
-        wait_until(lambda: bookie_id not in cluster.store.list_bookies(), 60, f"{bookie_id}'s session to expire")
+        wait_until(lambda: bookie_id not in cluster.store.cluster.list_bookies(), 60,
+                   f"{bookie_id}'s session to expire")
         append_some(20)  # still acknowledged by the unregistered bookie
         cluster.hosts.faults.heal()
-        wait_until(lambda: bookie_id in cluster.store.list_bookies(), 60, f"{bookie_id} to register again")
+        wait_until(lambda: bookie_id in cluster.store.cluster.list_bookies(), 60, f"{bookie_id} to register again")
         append_some(20)
         w.close()
         reader = Agent(victim, "read", cluster.connect_string, w.ledger_id)

@@ -110,7 +110,7 @@ def test_destructive_shell_commands_need_a_token_a_bookie_confirms_as_admin(clus
         assert done.returncode == 0, (args, done.stderr)
     with LedgerClient(zk, config=ClientConfig.from_toml(admin_conf)) as c:
         assert lid in set(c.list_ledgers())                # nothing was deleted
-        assert c.store.is_replication_enabled()
+        assert c.store.underreplication.is_replication_enabled()
         assert c.namespace("ns").list_streams() == ["s"]
     done = _cli("shell", "--zk", zk, "deleteledger", str(lid), client_conf=admin_conf)
     assert done.returncode == 0, done.stderr
@@ -126,7 +126,7 @@ def test_bookies_autorecovery_rereplicates_with_the_client_conf_credentials(clus
     sb, conf = _secured(cluster_factory, tmp_path, 3, autorecovery_enabled=True, autorecovery_conf=str(ar_conf))
     cfg = ClientConfig.from_toml(conf)
     with connect(sb.connect_string, zk_auth=ZK_AUTH) as store, LedgerClient(sb.connect_string, config=cfg) as c:
-        store.set_lost_bookie_recovery_delay_s(0)
+        store.underreplication.set_lost_bookie_recovery_delay_s(0)
         lid, _ = write_ledger(c, 50, close=True, e=2, qw=2, qa=2)
         victim = c.ledger_metadata(lid).ensembles[0][0]
         bookie_of(sb, victim).kill()
@@ -219,7 +219,7 @@ def test_spark_hosted_slot_serves_a_secured_cluster(zk_connect, tmp_path):
     conf = _write_client_conf(tmp_path / "client.toml", zk_auth=ZK_AUTH,
                               auth_token=mint_token(SECRET, "slot", "client", ttl_s=3600))
     with connect(zk_connect, zk_auth=ZK_AUTH) as store:
-        store.init_cluster()
+        store.cluster.init_cluster()
         cfg = HostingConfig(zk_connect=zk_connect, bookies=1, data_root=str(tmp_path / "data"), base_port=free_port(),
                             autorecovery=True, heartbeat_interval_ms=200, zk_session_timeout_ms=4_000,
                             bookie_settings=(("auth_enabled", True), ("auth_token_secret_path", str(secret)),

@@ -35,17 +35,17 @@ def test_queue_switch_and_delay_commands(zk_connect: str) -> None:
     shell = ("shell", "--zk", zk_connect)
     assert ok(spark_bookie(*shell, "listunderreplicated")) == []
     with connect(zk_connect) as store:
-        store.mark_underreplicated(2**40, ["10.0.0.2:3181"])
-        store.mark_underreplicated(7, ["10.0.0.1:3181", "10.0.0.2:3181"])
+        store.underreplication.mark_underreplicated(2**40, ["10.0.0.2:3181"])
+        store.underreplication.mark_underreplicated(7, ["10.0.0.1:3181", "10.0.0.2:3181"])
         assert ok(spark_bookie(*shell, "listunderreplicated")) == ["7", str(2**40)]
         listed = json.loads(spark_bookie(*shell, "listunderreplicated", "--json").stdout)
         assert listed == {"7": ["10.0.0.1:3181", "10.0.0.2:3181"], str(2**40): ["10.0.0.2:3181"]}
 
         assert ok(spark_bookie(*shell, "autorecovery")) == ["enabled"]
         assert ok(spark_bookie(*shell, "autorecovery", "--disable")) == ["disabled"]
-        assert not store.is_replication_enabled()
-        assert store.acquire_underreplicated(0) is None  # workers stop taking ledgers
-        waiting = threading.Thread(target=lambda: got.append(store.acquire_underreplicated(30_000)))
+        assert not store.underreplication.is_replication_enabled()
+        assert store.underreplication.acquire_underreplicated(0) is None  # workers stop taking ledgers
+        waiting = threading.Thread(target=lambda: got.append(store.underreplication.acquire_underreplicated(30_000)))
         got: list[int | None] = []
         waiting.start()
         assert ok(spark_bookie(*shell, "autorecovery", "--enable")) == ["enabled"]
@@ -55,7 +55,7 @@ def test_queue_switch_and_delay_commands(zk_connect: str) -> None:
 
         assert ok(spark_bookie(*shell, "lostbookierecoverydelay")) == ["0"]
         assert ok(spark_bookie(*shell, "lostbookierecoverydelay", "--set", "45")) == ["45"]
-        assert store.lost_bookie_recovery_delay_s() == 45
+        assert store.underreplication.lost_bookie_recovery_delay_s() == 45
         bad = spark_bookie(*shell, "lostbookierecoverydelay", "--set", "-3")
         assert bad.returncode == 2 and "negative" in bad.stderr and "Traceback" not in bad.stderr
 
@@ -63,11 +63,11 @@ def test_queue_switch_and_delay_commands(zk_connect: str) -> None:
 def test_whoisauditor(zk_connect: str) -> None:
     shell = ("shell", "--zk", zk_connect)
     with connect(zk_connect) as first:
-        first.init_cluster()
+        first.cluster.init_cluster()
         assert ok(spark_bookie(*shell, "whoisauditor")) == ["no auditor"]
-        first.elect_auditor("10.0.0.5:3181", lambda _: None)
+        first.underreplication.elect_auditor("10.0.0.5:3181", lambda _: None)
         with connect(zk_connect) as second:
-            second.elect_auditor("10.0.0.6:3181", lambda _: None)
+            second.underreplication.elect_auditor("10.0.0.6:3181", lambda _: None)
             assert ok(spark_bookie(*shell, "whoisauditor")) == ["10.0.0.5:3181"]
             first.close()  # the auditor goes: the next candidate takes over
             assert ok(spark_bookie(*shell, "whoisauditor")) == ["10.0.0.6:3181"]

@@ -150,7 +150,7 @@ def test_a_taken_over_writer_gets_ledger_fenced_errors_naming_the_new_writer(sb)
         expire_session(ca.store, timeout_s=4)              # A's locks go with its session ...
         ns_b = cb.namespace("takeover")
         wb = ns_b.open_writer("s", lock_timeout_ms=20_000)   # ... B takes "s" over, fencing A's segment
-        holder = cb.store.stream_lock_holder("takeover", "s")
+        holder = cb.store.streams.stream_lock_holder("takeover", "s")
         assert holder
         with pytest.raises(errors.LedgerFencedError, match="taken over"):   # the write in flight when A learns it
             wa.write(payload(5), txid=5)

@@ -250,7 +250,7 @@ def test_zookeeper_down_is_a_clear_error_within_the_timeout(cluster_factory, tmp
         from metadata import connect
 
         with connect(zk.connect_string) as store:
-            store.init_cluster()
+            store.cluster.init_cluster()
         c = LedgerClient(zk.connect_string, config=ClientConfig(zk_session_timeout_ms=4_000,
                                                                  operation_timeout_ms=10_000))
         ns = c.create_namespace("ns")

@@ -171,7 +171,7 @@ def test_stopping_an_in_process_bookie_ends_its_add_connections_at_once(zk_conne
     from spark_bookie.server.config import BookieConfig
 
     store = connect(zk_connect)
-    store.init_cluster()
+    store.cluster.init_cluster()
     store.close()
     cfg = BookieConfig(zk_connect=zk_connect, port=free_port(), journal_dirs=(str(tmp_path / "j"),),
                        ledger_dirs=(str(tmp_path / "l"),)).validate()

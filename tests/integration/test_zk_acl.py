@@ -32,9 +32,9 @@ def _kazoo(zk_connect: str, auth: str | None = None) -> KazooClient:
 def _populate(zk_connect: str, zk_auth: str | None) -> tuple[ZkLayout, int]:
     """A cluster layout, a ledger's metadata and a stream namespace, written through our own code."""
     with connect(zk_connect, zk_auth=zk_auth) as store:
-        store.init_cluster()
-        lid = store.generate_ledger_id()
-        store.create_ledger_metadata(_md(lid))
+        store.cluster.init_cluster()
+        lid = store.ledgers.generate_ledger_id()
+        store.ledgers.create_ledger_metadata(_md(lid))
         paths = store.paths
     with LedgerClient(zk_connect, config=ClientConfig(zk_auth=zk_auth)) as c:
         c.create_namespace("payments").create_stream("orders")
@@ -67,7 +67,7 @@ def test_secured_metadata_is_closed_to_clients_without_the_credentials(zk_connec
         wrong.stop()
     # Our own store and client without zk_auth get typed errors, not kazoo's.
     with connect(zk_connect) as store, pytest.raises(MetadataAccessDeniedError):
-        store.read_ledger_metadata(lid)
+        store.ledgers.read_ledger_metadata(lid)
     with pytest.raises(errors.UnauthorizedAccessError):
         LedgerClient(zk_connect)
     # With the credentials everything is there, unchanged.
@@ -79,7 +79,7 @@ def test_secured_metadata_is_closed_to_clients_without_the_credentials(zk_connec
 def test_an_open_cluster_is_secured_in_place(zk_connect):
     paths, lid = _populate(zk_connect, None)
     with connect(zk_connect, zk_auth=AUTH) as store:
-        changed = store.secure_tree()
+        changed = store.cluster.secure_tree()
         assert changed >= 10   # the root, the layout's nodes, the ledger's path, the stream's nodes
     plain = _kazoo(zk_connect)
     try:

@@ -114,7 +114,7 @@ def cluster(zk_server: str, tmp_path_factory: pytest.TempPathFactory) -> Iterato
         "audit_interval_ms": 5_000, "acquire_poll_ms": 500, "open_ledger_rereplication_grace_ms": 5_000,
         "zk_session_timeout_ms": 4_000})
     with connect_metadata(zk) as store:
-        store.init_cluster()
+        store.cluster.init_cluster()
         _set_lost_bookie_delay(zk, 3_600)  # until test_slot_that_does_not_come_back...: no re-replication
     sb = SparkSandbox(root, 3, zk_connect=zk, extra_args=[
         "--zk-session-timeout-ms", "4000", "--heartbeat-interval-s", "1", "--health-interval-s", "5",
@@ -130,12 +130,12 @@ def cluster(zk_server: str, tmp_path_factory: pytest.TempPathFactory) -> Iterato
 def _set_lost_bookie_delay(zk: str, seconds: int) -> None:
     """The cluster-wide lostBookieRecoveryDelay (the auditor watches it)."""
     with connect_metadata(zk) as store:
-        store.set_lost_bookie_recovery_delay_s(seconds)
+        store.underreplication.set_lost_bookie_recovery_delay_s(seconds)
 
 
 def _underreplicated(zk: str) -> dict[int, list[str]]:
     with connect_metadata(zk) as store:
-        return store.list_underreplicated()
+        return store.underreplication.list_underreplicated()
 
 
 def slots(sb: SparkSandbox) -> dict[int, dict[str, Any]]:
@@ -156,14 +156,14 @@ def diag(sb: SparkSandbox) -> Callable[[], str]:
 @pytest.mark.timeout(900)
 def test_three_executor_hosted_bookies_register(cluster: SparkSandbox) -> None:
     store: MetadataStore = cluster.store  # type: ignore[assignment]
-    assert sorted(store.list_bookies()) == sorted(cluster.bookie_ids)
+    assert sorted(store.cluster.list_bookies()) == sorted(cluster.bookie_ids)
     wait_until(lambda: all(s.get("state") == SERVING for s in slots(cluster).values()) and len(slots(cluster)) == 3,
                60, "three slots serving", diag(cluster))
     st = slots(cluster)
     # One bookie per executor JVM, at base port + slot, registered with the executor host's location.
     assert len({s["executor_pid"] for s in st.values()}) == 3
     assert all(s["autorecovery"] == "worker" for s in st.values())  # a replication worker beside each bookie
-    assert (store.current_auditor() or "").startswith("driver:")
+    assert (store.underreplication.current_auditor() or "").startswith("driver:")
     assert all(s["executor_pid"] and pid_alive(s["executor_pid"]) for s in st.values())
     # spark-submit's master and --conf reached the application (they did not before: local mode,
     # every bookie a Python worker of the driver's own JVM): an application of local-cluster, and
@@ -176,7 +176,7 @@ def test_three_executor_hosted_bookies_register(cluster: SparkSandbox) -> None:
         assert f"SPARK_BOOKIE_SUBMIT_MARK={MARK}".encode() in environ
     for k, s in st.items():
         assert s["bookie_id"] == f"127.0.0.1:{cluster.base_port + k}"
-        assert store.bookie_info(s["bookie_id"])["network_location"] == "/127.0.0.1"
+        assert store.cluster.bookie_info(s["bookie_id"])["network_location"] == "/127.0.0.1"
     status = subprocess.run([sys.executable, "-m", "spark_bookie.cli", "cluster", "status", "--zk",
                              cluster.connect_string], capture_output=True, text=True, timeout=60)
     assert status.returncode == 0, status.stderr
@@ -204,13 +204,13 @@ def test_kill_executor_mid_write_same_slot_comes_back(cluster: SparkSandbox) -> 
         assert victim not in writer.handle.metadata.ensembles[max(writer.handle.metadata.ensembles)]
 
         # Spark retries the slot's task on a new executor; it reclaims slot k: same id, same data.
-        wait_until(lambda: victim in cluster.store.list_bookies()  # type: ignore[union-attr]
+        wait_until(lambda: victim in cluster.store.cluster.list_bookies()  # type: ignore[union-attr]
                    and slot_of(cluster, victim)[1]["executor_pid"] not in (None, before["executor_pid"])
                    and slot_of(cluster, victim)[1]["state"] == SERVING,
                    COMEBACK_S, f"bookie {victim} back in slot {k}", diag(cluster))
         after = slot_of(cluster, victim)[1]
         assert after["task_attempt_id"] != before["task_attempt_id"]
-        assert sorted(cluster.store.list_bookies()) == sorted(cluster.bookie_ids)  # type: ignore[union-attr]
+        assert sorted(cluster.store.cluster.list_bookies()) == sorted(cluster.bookie_ids)  # type: ignore[union-attr]
         assert writer.error is None, writer.error
         writer.stop.set()
         writer.join(30)
@@ -281,7 +281,7 @@ def test_slot_that_does_not_come_back_is_rereplicated(cluster: SparkSandbox) -> 
                    lambda: f"under-replicated: {_underreplicated(zk)}\n{diag(cluster)()}")
         wait_until(lambda: w.ledger_id not in _underreplicated(zk), 60, "the under-replication mark to clear")
         _check_reads_back(client, w.ledger_id, data)
-    assert victim not in cluster.store.list_bookies()  # type: ignore[union-attr]
+    assert victim not in cluster.store.cluster.list_bookies()  # type: ignore[union-attr]
 
 
 @pytest.mark.timeout(600)
@@ -293,7 +293,7 @@ def test_cluster_stop_is_graceful_and_leaves_nothing_behind(cluster: SparkSandbo
                           cluster.connect_string, "--wait-s", "180"], capture_output=True, text=True, timeout=240)
     assert out.returncode == 0, out.stdout + out.stderr
     assert cluster.proc.wait(timeout=120) == 0, cluster.log_tail()
-    assert cluster.store.list_bookies() == [] and cluster.store.list_bookies(readonly=True) == []  # type: ignore
+    assert cluster.store.cluster.list_bookies() == [] and cluster.store.cluster.list_bookies(readonly=True) == []  # type: ignore
     assert all(s["state"] == STOPPED for s in slots(cluster).values()), slots(cluster)
     wait_until(lambda: not cluster.group_members(), 30, "every process of the application to exit",
                lambda: str(cluster.group_members()))
@@ -308,7 +308,7 @@ def test_driver_resubmits_the_hosting_job_when_spark_gives_up(zk_connect: str, t
     """With spark.task.maxFailures=1 the first executor loss aborts the hosting job (Spark kills the
     other slot's task too); the driver resubmits it and every slot comes back with its bookie id."""
     with connect_metadata(zk_connect) as store:
-        store.init_cluster()
+        store.cluster.init_cluster()
     sb = SparkSandbox(tmp_path, 2, zk_connect=zk_connect, start_timeout_s=COMEBACK_S, extra_args=[
         "--task-max-failures", "1", "--zk-session-timeout-ms", "4000", "--heartbeat-interval-s", "1",
         "--no-autorecovery"])
@@ -321,7 +321,7 @@ def test_driver_resubmits_the_hosting_job_when_spark_gives_up(zk_connect: str, t
         old_attempts = {s["task_attempt_id"] for s in before.values()}
         wait_until(lambda: len(slots(sb)) == 2 and all(
             s["state"] == SERVING and s["task_attempt_id"] not in old_attempts for s in slots(sb).values())
-            and sorted(sb.store.list_bookies()) == sorted(sb.bookie_ids),  # type: ignore[union-attr]
+            and sorted(sb.store.cluster.list_bookies()) == sorted(sb.bookie_ids),  # type: ignore[union-attr]
             COMEBACK_S, "both slots back after the resubmission", diag(sb))
         assert sb.stop() == 0, sb.log_tail()
     finally:
@@ -341,7 +341,7 @@ def test_hosting_job_runs_under_pyspark_35(zk_connect: str, tmp_path: Path) -> N
     assert subprocess.run([python, "-c", "import pyspark; assert pyspark.__version__.startswith('3.5')"],
                           timeout=120).returncode == 0
     with connect_metadata(zk_connect) as store:
-        store.init_cluster()
+        store.cluster.init_cluster()
     sb = SparkSandbox(tmp_path, 1, zk_connect=zk_connect, python=python, master="local[2]",
                       extra_args=["--zk-session-timeout-ms", "4000", "--heartbeat-interval-s", "1"],
                       start_timeout_s=COMEBACK_S)
@@ -358,7 +358,7 @@ def test_hosting_job_runs_under_pyspark_35(zk_connect: str, tmp_path: Path) -> N
         assert sb.proc.wait(timeout=120) == 0, sb.log_tail()
         assert "stopping the bookie cluster: signal SIGTERM" in sb.driver_log.read_text()
         with connect_metadata(zk_connect) as store:
-            assert store.list_bookies() == []
+            assert store.cluster.list_bookies() == []
         wait_until(lambda: not sb.group_members(), 30, "every process of the application to exit",
                    lambda: str(sb.group_members()))
     finally:

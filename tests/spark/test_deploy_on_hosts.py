@@ -120,7 +120,7 @@ def run_cluster_checks(store: Any, zk: str, cluster: Any, workers: list[Any], dr
                        logs: list[Path]) -> None:
     from ledger_client import ClientConfig, LedgerClient
 
-    bookies = store.list_bookies()  # one per worker host, each id the host's address: one slot each
+    bookies = store.cluster.list_bookies()  # one per worker host, each id the host's address: one slot each
     assert sorted(b.rsplit(":", 1)[0] for b in bookies) == sorted(w.address for w in workers), bookies
     config = ClientConfig(add_timeout_ms=5_000, zk_session_timeout_ms=10_000)
     with LedgerClient(zk, config=config) as c:
@@ -137,11 +137,11 @@ def run_cluster_checks(store: Any, zk: str, cluster: Any, workers: list[Any], dr
         cluster.hosts.kill(victim)
 
         def repaired() -> bool:
-            return all(not set(dead) & set(store.read_ledger_metadata(lid)[0].bookies()) for lid in ledgers) \
-                and not store.list_underreplicated()
+            return all(not set(dead) & set(store.ledgers.read_ledger_metadata(lid)[0].bookies()) for lid in ledgers) \
+                and not store.underreplication.list_underreplicated()
         wait_until(repaired, 600, f"the ledgers on {dead} re-replicated", logs)
         for lid in ledgers:
-            md = store.read_ledger_metadata(lid)[0]
+            md = store.ledgers.read_ledger_metadata(lid)[0]
             for ensemble in md.ensembles.values():
                 assert len({b.rsplit(":", 1)[0] for b in ensemble}) == len(ensemble), ensemble
             r = c.open_ledger(lid, recovery=False)
@@ -162,7 +162,7 @@ def run_cluster_checks(store: Any, zk: str, cluster: Any, workers: list[Any], dr
 
 def _bookies_on(store: Any, workers: list[Any]) -> int:
     addresses = {w.address for w in workers}
-    return len({b.rsplit(":", 1)[0] for b in store.list_bookies()} & addresses)
+    return len({b.rsplit(":", 1)[0] for b in store.cluster.list_bookies()} & addresses)
 
 
 def _port_open(address: str, port: int) -> bool:

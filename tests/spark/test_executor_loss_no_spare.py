@@ -90,8 +90,9 @@ def cluster(zk_server: str, tmp_path_factory: pytest.TempPathFactory) -> Iterato
         "audit_interval_ms": 5_000, "acquire_poll_ms": 500, "open_ledger_rereplication_grace_ms": 5_000,
         "worker_backoff_ms": 500, "worker_backoff_max_ms": 3_000, "zk_session_timeout_ms": 4_000})
     with connect_metadata(zk) as store:
-        store.init_cluster()
-        store.set_lost_bookie_recovery_delay_s(0)   # the auditor marks the dead bookie's ledgers at once
+        store.cluster.init_cluster()
+        # the auditor marks the dead bookie's ledgers at once
+        store.underreplication.set_lost_bookie_recovery_delay_s(0)
     sb = SparkSandbox(root, 3, zk_connect=zk, extra_args=[
         "--zk-session-timeout-ms", "4000", "--heartbeat-interval-s", "1", "--health-interval-s", "5",
         "--bookie-conf", str(bookie_conf), "--autorecovery-conf", str(ar_conf)], start_timeout_s=COMEBACK_S,
@@ -165,7 +166,7 @@ def test_writer_keeps_writing_through_executor_loss_without_a_spare(cluster: Spa
 
             # Spark retries the slot on a new executor: the same bookie id, the same disk.
             wait_until(lambda: slot_of(cluster, victim)["executor_pid"] not in (None, before["executor_pid"])
-                       and slot_of(cluster, victim)["state"] == SERVING and victim in store.list_bookies(),
+                       and slot_of(cluster, victim)["state"] == SERVING and victim in store.cluster.list_bookies(),
                        COMEBACK_S, f"bookie {victim} back in its slot", diag)
             wait_until(lambda: len(client.ledger_metadata(lid).ensembles) >= 2 or writer.error is not None, 120,
                        "the writer to take the bookie back", diag)
@@ -187,7 +188,8 @@ def test_writer_keeps_writing_through_executor_loss_without_a_spare(cluster: Spa
         last = md.last_entry_id
         wait_until(lambda: not missing_copies(client, lid, last), 240, "every entry on every bookie of its write set",
                    lambda: f"missing (first 20): {missing_copies(client, lid, last)[:20]}\n"
-                           f"under-replicated: {store.list_underreplicated()}\n{cluster.log_tail()}")
-        wait_until(lambda: lid not in store.list_underreplicated(), 60, "the under-replication mark to clear")
+                           f"under-replicated: {store.underreplication.list_underreplicated()}\n{cluster.log_tail()}")
+        wait_until(lambda: lid not in store.underreplication.list_underreplicated(), 60,
+                   "the under-replication mark to clear")
         r = client.open_ledger(lid, password=PW, recovery=False)
         assert [e.data for e in r.read(0, last)] == [payload(i) for i in range(last + 1)]

@@ -128,7 +128,7 @@ def test_streaming_write_lands_each_batch_once_across_restarts(spark, cluster_fa
         want = sorted(x.encode() for x in lines[0] + lines[1])
         recs = read_all(ns, "out", 500)
         assert sorted(r.payload for r in recs) == want and [r.txid for r in recs] == list(range(500))
-        meta = c.store.read_stream("ns", "out").meta
+        meta = c.store.streams.read_stream("ns", "out").meta
         assert len(meta.spark_batches) == 1 and list(meta.spark_batches.values()) == [1]
         # Spark loses the record of batch 1 (as if the driver died after our commit, before its own):
         # the restarted query runs batch 1 again, and the stream's record makes that a no-op.
@@ -137,7 +137,7 @@ def test_streaming_write_lands_each_batch_once_across_restarts(spark, cluster_fa
         run_available(spark, src, sb.connect_string, ck)
         assert (ck / "commits" / "1").exists()   # Spark ran batch 1 again and committed it
         assert sorted(r.payload for r in read_all(ns, "out", 500, timeout_s=3)) == want
-        assert c.store.read_stream("ns", "out").meta.spark_batches == meta.spark_batches
+        assert c.store.streams.read_stream("ns", "out").meta.spark_batches == meta.spark_batches
         assert unlinked_task_ledgers(c, ns, "out") == set()
         run_available(spark, src, sb.connect_string, ck)   # nothing new: nothing added
         assert len(read_all(ns, "out", 500, timeout_s=2)) == 500

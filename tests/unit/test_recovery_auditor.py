@@ -41,11 +41,11 @@ def cluster() -> Iterator[tuple[InMemoryMetadataStore, InMemoryMetadataStore]]:
     """(bookies' store, auditor's store) on one in-memory ensemble; A..E registered; 3 ledgers."""
     zk = InMemoryZooKeeper()
     bookies, auditor = InMemoryMetadataStore(zk), InMemoryMetadataStore(zk)
-    bookies.init_cluster()
+    bookies.cluster.init_cluster()
     for b in (A, B, C, D, E):
-        bookies.register_bookie(b, readonly=False, wait_ms_max=0)
+        bookies.cluster.register_bookie(b, readonly=False, wait_ms_max=0)
     for lid, ens in ((1, [A, B, C]), (2, [B, C, D]), (3, [C, D, E])):
-        bookies.create_ledger_metadata(closed_ledger(lid, ens))
+        bookies.ledgers.create_ledger_metadata(closed_ledger(lid, ens))
     yield bookies, auditor
     auditor.close()
     bookies.close()
@@ -60,14 +60,14 @@ def start_auditor(store: InMemoryMetadataStore, **cfg: object) -> Auditor:
 
 def test_lost_bookie_is_marked_only_after_the_delay(cluster):
     bookies, store = cluster
-    bookies.set_lost_bookie_recovery_delay_s(2)
+    bookies.underreplication.set_lost_bookie_recovery_delay_s(2)
     a = start_auditor(store)
     try:
         lost_at = time.monotonic()
-        bookies.unregister_bookie(C, readonly=False)
-        wait_until(lambda: store.list_underreplicated(), 10, "marks")
+        bookies.cluster.unregister_bookie(C, readonly=False)
+        wait_until(lambda: store.underreplication.list_underreplicated(), 10, "marks")
         assert time.monotonic() - lost_at >= 1.9
-        assert store.list_underreplicated() == {1: [C], 2: [C], 3: [C]}
+        assert store.underreplication.list_underreplicated() == {1: [C], 2: [C], 3: [C]}
         assert a.stats.lost_bookies_audited == [C]
     finally:
         a.stop()
@@ -75,16 +75,16 @@ def test_lost_bookie_is_marked_only_after_the_delay(cluster):
 
 def test_bookie_back_within_the_delay_and_read_only_bookies_are_not_lost(cluster):
     bookies, store = cluster
-    bookies.set_lost_bookie_recovery_delay_s(2)
+    bookies.underreplication.set_lost_bookie_recovery_delay_s(2)
     a = start_auditor(store)
     try:
-        bookies.unregister_bookie(A, readonly=False)
-        bookies.register_bookie(A, readonly=True, wait_ms_max=0)     # turned read-only
-        bookies.unregister_bookie(B, readonly=False)
+        bookies.cluster.unregister_bookie(A, readonly=False)
+        bookies.cluster.register_bookie(A, readonly=True, wait_ms_max=0)     # turned read-only
+        bookies.cluster.unregister_bookie(B, readonly=False)
         time.sleep(0.5)
-        bookies.register_bookie(B, readonly=False, wait_ms_max=0)    # a quick restart
+        bookies.cluster.register_bookie(B, readonly=False, wait_ms_max=0)    # a quick restart
         time.sleep(4)
-        assert store.list_underreplicated() == {}
+        assert store.underreplication.list_underreplicated() == {}
         assert a.tracker.pending == {}
     finally:
         a.stop()
@@ -92,46 +92,46 @@ def test_bookie_back_within_the_delay_and_read_only_bookies_are_not_lost(cluster
 
 def test_second_lost_bookie_cuts_the_delay_short(cluster):
     bookies, store = cluster
-    bookies.set_lost_bookie_recovery_delay_s(600)
+    bookies.underreplication.set_lost_bookie_recovery_delay_s(600)
     a = start_auditor(store)
     try:
-        bookies.unregister_bookie(A, readonly=False)
+        bookies.cluster.unregister_bookie(A, readonly=False)
         time.sleep(2.5)
-        assert store.list_underreplicated() == {}   # one bookie: the delay holds
-        bookies.unregister_bookie(E, readonly=False)
-        wait_until(lambda: len(store.list_underreplicated()) == 2, 10, "marks of both bookies")
-        assert store.list_underreplicated() == {1: [A], 3: [E]}
+        assert store.underreplication.list_underreplicated() == {}   # one bookie: the delay holds
+        bookies.cluster.unregister_bookie(E, readonly=False)
+        wait_until(lambda: len(store.underreplication.list_underreplicated()) == 2, 10, "marks of both bookies")
+        assert store.underreplication.list_underreplicated() == {1: [A], 3: [E]}
     finally:
         a.stop()
 
 
 def test_delay_set_to_zero_at_run_time_audits_now(cluster):
     bookies, store = cluster
-    bookies.set_lost_bookie_recovery_delay_s(600)
+    bookies.underreplication.set_lost_bookie_recovery_delay_s(600)
     a = start_auditor(store)
     try:
-        bookies.unregister_bookie(D, readonly=False)
+        bookies.cluster.unregister_bookie(D, readonly=False)
         time.sleep(1.5)
-        assert store.list_underreplicated() == {}
-        bookies.set_lost_bookie_recovery_delay_s(0)
-        wait_until(lambda: len(store.list_underreplicated()) == 2, 10, "marks after the delay changed")
-        assert store.list_underreplicated() == {2: [D], 3: [D]}
+        assert store.underreplication.list_underreplicated() == {}
+        bookies.underreplication.set_lost_bookie_recovery_delay_s(0)
+        wait_until(lambda: len(store.underreplication.list_underreplicated()) == 2, 10, "marks after the delay changed")
+        assert store.underreplication.list_underreplicated() == {2: [D], 3: [D]}
     finally:
         a.stop()
 
 
 def test_nothing_is_marked_while_replication_is_disabled(cluster):
     bookies, store = cluster
-    bookies.set_lost_bookie_recovery_delay_s(0)
-    bookies.set_replication_enabled(False)
+    bookies.underreplication.set_lost_bookie_recovery_delay_s(0)
+    bookies.underreplication.set_replication_enabled(False)
     auditor = Auditor(store, AutoRecoveryConfig(**QUIET), BookiePool(1000, 16))  # type: ignore[arg-type]
     auditor.start()
     try:
-        bookies.unregister_bookie(B, readonly=False)
+        bookies.cluster.unregister_bookie(B, readonly=False)
         time.sleep(2.5)
-        assert store.list_underreplicated() == {} and auditor.stats.audits == 0
-        bookies.set_replication_enabled(True)
-        wait_until(lambda: len(store.list_underreplicated()) == 2, 10, "marks once enabled")
+        assert store.underreplication.list_underreplicated() == {} and auditor.stats.audits == 0
+        bookies.underreplication.set_replication_enabled(True)
+        wait_until(lambda: len(store.underreplication.list_underreplicated()) == 2, 10, "marks once enabled")
     finally:
         auditor.stop()
 
@@ -139,7 +139,7 @@ def test_nothing_is_marked_while_replication_is_disabled(cluster):
 def test_facade_elects_exactly_one_auditor_and_moves_it(cluster):
     name = f"ar-{uuid.uuid4().hex[:8]}"
     seed_store = InMemoryMetadataStore(InMemoryZooKeeper.named(name))
-    seed_store.init_cluster()
+    seed_store.cluster.init_cluster()
     cfg = AutoRecoveryConfig(**QUIET, acquire_poll_ms=100)  # type: ignore[arg-type]
     first = AutoRecovery(f"memory://{name}", cfg, candidate_id="first")
     second = AutoRecovery(f"memory://{name}", cfg, candidate_id="second", run_worker=False)
@@ -150,13 +150,13 @@ def test_facade_elects_exactly_one_auditor_and_moves_it(cluster):
         second.start()
         assert second.wait_ready(10)
         time.sleep(0.5)
-        assert not second.is_auditor and seed_store.current_auditor() == "first"
+        assert not second.is_auditor and seed_store.underreplication.current_auditor() == "first"
         first.stop()
         first.stop()   # idempotent
         wait_until(lambda: second.is_auditor, 10, "the second candidate to take over")
-        assert seed_store.current_auditor() == "second"
+        assert seed_store.underreplication.current_auditor() == "second"
         second.stop()
-        wait_until(lambda: seed_store.current_auditor() is None, 10, "the last vote to be withdrawn")
+        wait_until(lambda: seed_store.underreplication.current_auditor() is None, 10, "the last vote to be withdrawn")
     finally:
         first.stop()
         second.stop()
@@ -168,18 +168,18 @@ def test_placement_check_counts_fragments_that_break_the_policy():
 
     zk = InMemoryZooKeeper()
     with InMemoryMetadataStore(zk) as bookies, InMemoryMetadataStore(zk) as store:
-        bookies.init_cluster()
+        bookies.cluster.init_cluster()
         racks = {A: "/r1", B: "/r1", C: "/r2", D: "/r2", E: "/r3"}
         for b, rack in racks.items():
-            bookies.register_bookie(b, readonly=False, wait_ms_max=0,
+            bookies.cluster.register_bookie(b, readonly=False, wait_ms_max=0,
                                     data=json.dumps({"id": b, "network_location": rack}).encode())
-        bookies.create_ledger_metadata(closed_ledger(1, [A, B, C]))   # write set {A, B}: one rack
-        bookies.create_ledger_metadata(closed_ledger(2, [A, C, E]))   # three racks: fine
+        bookies.ledgers.create_ledger_metadata(closed_ledger(1, [A, B, C]))   # write set {A, B}: one rack
+        bookies.ledgers.create_ledger_metadata(closed_ledger(2, [A, C, E]))   # three racks: fine
         a = start_auditor(store, placement_check_interval_ms=300)
         try:
             wait_until(lambda: a.stats.placement_checks >= 1, 10, "a placement check")
             assert a.stats.placement_violations == 1
-            assert store.list_underreplicated() == {}   # reported, not moved (BookKeeper's default)
+            assert store.underreplication.list_underreplicated() == {}   # reported, not moved (BookKeeper's default)
         finally:
             a.stop()
 
@@ -212,13 +212,13 @@ def test_indexed_ledgers_are_marked_before_the_scan_and_new_ones_by_it(cluster):
     store = _RecordingStore(bookies.zk)
     a = start_auditor(store)
     try:
-        bookies.create_ledger_metadata(closed_ledger(4, [C, D, E]))   # after the first audit's scan
+        bookies.ledgers.create_ledger_metadata(closed_ledger(4, [C, D, E]))   # after the first audit's scan
         store.calls.clear()
-        bookies.unregister_bookie(C, readonly=False)
+        bookies.cluster.unregister_bookie(C, readonly=False)
         wait_until(lambda: a.stats.lost_bookies_audited == [C], 10, "the audit of C")
         assert store.calls[0] == ("mark", (1, 2, 3))          # from the index, before any read
         assert ("mark", (4,)) in store.calls[1:]               # the scan found the new ledger
-        assert store.list_underreplicated() == {1: [C], 2: [C], 3: [C], 4: [C]}
+        assert store.underreplication.list_underreplicated() == {1: [C], 2: [C], 3: [C], 4: [C]}
     finally:
         a.stop()
         store.close()

@@ -35,22 +35,22 @@ class Interfering:
         self.store, self.before_write, self.writes = store, before_write, 0
 
     def read_ledger_metadata(self, ledger_id: int) -> tuple[LedgerMetadata, int]:
-        return self.store.read_ledger_metadata(ledger_id)
+        return self.store.ledgers.read_ledger_metadata(ledger_id)
 
     def write_ledger_metadata(self, md: LedgerMetadata, version: int) -> int:
         self.writes += 1
         self.before_write(self.writes)
-        return self.store.write_ledger_metadata(md, version)
+        return self.store.ledgers.write_ledger_metadata(md, version)
 
 
 @pytest.fixture
 def store() -> Iterator[InMemoryMetadataStore]:
     """Ledger 1, open, E3/Qw3/Qa2: fragment 0 on b1,b2,b3; b3 failed at entry 1 → fragment 1 on b1,b2,b4."""
     with InMemoryMetadataStore() as s:
-        s.init_cluster()
+        s.cluster.init_cluster()
         md = LedgerMetadata.new_open(1, [B1, B2, B3], write_quorum_size=3, ack_quorum_size=2,
                                      digest_type=DigestType.CRC32C, password=b"")
-        s.create_ledger_metadata(dataclasses.replace(md, ensembles={0: [B1, B2, B3], 1: [B1, B2, B4]}))
+        s.ledgers.create_ledger_metadata(dataclasses.replace(md, ensembles={0: [B1, B2, B3], 1: [B1, B2, B4]}))
         yield s
 
 
@@ -68,19 +68,19 @@ def test_writer_ensemble_change_keeps_the_workers_swap_of_an_older_fragment(stor
     """The worker swaps b3 in fragment 0 while the writer's change (b1 failed at entry 2) is in flight."""
     def worker_slips_in(attempt: int) -> None:
         if attempt == 1:
-            update_ledger(store, 1, worker_swap(0, B3, B5))
+            update_ledger(store.ledgers, 1, worker_swap(0, B3, B5))
 
     racing = Interfering(store, worker_slips_in)
     md, _ = update_ledger(racing, 1, writer_change(2, [B6, B2, B4]))
     assert racing.writes == 2   # lost the first CAS, re-read, re-applied
     assert md.ensembles == {0: [B1, B2, B5], 1: [B1, B2, B4], 2: [B6, B2, B4]}
-    assert store.read_ledger_metadata(1)[0] == md
+    assert store.ledgers.read_ledger_metadata(1)[0] == md
 
 
 def test_worker_swap_keeps_the_writers_new_fragment(store):
     def writer_slips_in(attempt: int) -> None:
         if attempt == 1:
-            update_ledger(store, 1, writer_change(2, [B6, B2, B4]))
+            update_ledger(store.ledgers, 1, writer_change(2, [B6, B2, B4]))
 
     racing = Interfering(store, writer_slips_in)
     md, _ = update_ledger(racing, 1, worker_swap(0, B3, B5))
@@ -92,7 +92,7 @@ def test_writer_in_place_change_of_its_empty_last_fragment_keeps_the_workers_swa
     """A second failure before the new fragment's first entry replaces that fragment in place."""
     def worker_slips_in(attempt: int) -> None:
         if attempt == 1:
-            update_ledger(store, 1, worker_swap(0, B3, B5))
+            update_ledger(store.ledgers, 1, worker_swap(0, B3, B5))
 
     racing = Interfering(store, worker_slips_in)
     md, _ = update_ledger(racing, 1, writer_change(1, [B1, B6, B4]))
@@ -102,7 +102,7 @@ def test_writer_in_place_change_of_its_empty_last_fragment_keeps_the_workers_swa
 def test_writer_close_keeps_the_workers_swap(store):
     def worker_slips_in(attempt: int) -> None:
         if attempt == 1:
-            update_ledger(store, 1, worker_swap(0, B3, B5))
+            update_ledger(store.ledgers, 1, worker_swap(0, B3, B5))
 
     racing = Interfering(store, worker_slips_in)
     md, _ = update_ledger(racing, 1, partial(close, last_entry_id=5, length=60))
@@ -113,12 +113,12 @@ def test_writer_close_keeps_the_workers_swap(store):
 def test_worker_never_touches_the_writers_last_fragment(store):
     """Whatever it read before, the worker's transition refuses the live fragment on re-apply."""
     with pytest.raises(OpenFragmentError):
-        update_ledger(store, 1, worker_swap(1, B4, B5))
-    assert store.read_ledger_metadata(1)[0].ensembles[1] == [B1, B2, B4]
+        update_ledger(store.ledgers, 1, worker_swap(1, B4, B5))
+    assert store.ledgers.read_ledger_metadata(1)[0].ensembles[1] == [B1, B2, B4]
 
 
 def test_writer_change_after_recovery_took_over_is_fenced(store):
     """The worker fences an open ledger by recovery: the writer's next change must not go through."""
-    update_ledger(store, 1, lambda md: dataclasses.replace(md, state=LedgerState.IN_RECOVERY))
+    update_ledger(store.ledgers, 1, lambda md: dataclasses.replace(md, state=LedgerState.IN_RECOVERY))
     with pytest.raises(errors.LedgerFencedError):
-        update_ledger(store, 1, writer_change(2, [B6, B2, B4]))
+        update_ledger(store.ledgers, 1, writer_change(2, [B6, B2, B4]))

@@ -43,22 +43,22 @@ class Interfering:
 
     def read_ledger_metadata(self, ledger_id: int) -> tuple[LedgerMetadata, int]:
         self.reads += 1
-        return self.store.read_ledger_metadata(ledger_id)
+        return self.store.ledgers.read_ledger_metadata(ledger_id)
 
     def write_ledger_metadata(self, md: LedgerMetadata, version: int) -> int:
         self.writes += 1
         self.before_write(self.writes)
-        return self.store.write_ledger_metadata(md, version)
+        return self.store.ledgers.write_ledger_metadata(md, version)
 
 
 @pytest.fixture
 def store() -> Iterator[InMemoryMetadataStore]:
     with InMemoryMetadataStore() as s:
-        s.init_cluster()
+        s.cluster.init_cluster()
         md = LedgerMetadata.new_open(
             1, B, write_quorum_size=2, ack_quorum_size=2, digest_type=DigestType.CRC32, password=b"p"
         )
-        s.create_ledger_metadata(md)
+        s.ledgers.create_ledger_metadata(md)
         yield s
 
 
@@ -75,14 +75,14 @@ def test_no_change_writes_nothing(store: InMemoryMetadataStore) -> None:
 def test_lost_race_is_retried_and_both_changes_survive(store: InMemoryMetadataStore) -> None:
     def other_writer(attempt: int) -> None:
         if attempt == 1:  # someone changes the ensemble between our read and our write
-            update_ledger(store, 1, partial(set_fragment, first_entry_id=5, bookies=C))
+            update_ledger(store.ledgers, 1, partial(set_fragment, first_entry_id=5, bookies=C))
 
     wrapped = Interfering(store, other_writer)
     md, version = update_ledger(wrapped, 1, partial(replace_bookie, first_entry_id=0, old_bookie="b2:1",
                                                     new_bookie="n:1"))
     assert wrapped.writes == 2 and wrapped.reads == 2
     assert md.ensembles == {0: ["b1:1", "n:1", "b3:1"], 5: C}  # both changes
-    assert store.read_ledger_metadata(1) == (md, version) and version == 2
+    assert store.ledgers.read_ledger_metadata(1) == (md, version) and version == 2
 
 
 def _closes_first(store: InMemoryMetadataStore, last_entry_id: int, length: int) -> Callable[[int], None]:
@@ -90,7 +90,7 @@ def _closes_first(store: InMemoryMetadataStore, last_entry_id: int, length: int)
 
     def interfere(attempt: int) -> None:
         if attempt == 1:
-            update_ledger(store, 1, partial(close, last_entry_id=last_entry_id, length=length))
+            update_ledger(store.ledgers, 1, partial(close, last_entry_id=last_entry_id, length=length))
 
     return interfere
 
@@ -108,28 +108,28 @@ def test_close_racing_a_close_at_another_end_conflicts(store: InMemoryMetadataSt
     wrapped = Interfering(store, _closes_first(store, 7, 70))
     with pytest.raises(LedgerClosedConflict, match="already closed at entry 7"):
         update_ledger(wrapped, 1, partial(close, last_entry_id=9, length=90))
-    assert store.read_ledger_metadata(1)[0].last_entry_id == 7
+    assert store.ledgers.read_ledger_metadata(1)[0].last_entry_id == 7
 
 
 def test_gives_up_after_retries_max(store: InMemoryMetadataStore) -> None:
     bumps = iter(range(5, 1000))
 
     def always_interfere(attempt: int) -> None:
-        update_ledger(store, 1, partial(set_fragment, first_entry_id=next(bumps), bookies=C))
+        update_ledger(store.ledgers, 1, partial(set_fragment, first_entry_id=next(bumps), bookies=C))
 
     wrapped = Interfering(store, always_interfere)
     with pytest.raises(MetadataUpdateConflictError, match="4 times") as info:
         update_ledger(wrapped, 1, begin_recovery, retries_max=3, backoff_ms=0)
     assert wrapped.writes == 4
     assert isinstance(info.value, BadVersionError)
-    assert store.read_ledger_metadata(1)[0].state is LedgerState.OPEN
+    assert store.ledgers.read_ledger_metadata(1)[0].state is LedgerState.OPEN
 
 
 def test_errors_propagate(store: InMemoryMetadataStore) -> None:
     with pytest.raises(NoNodeError, match="ledger 99"):
-        update_ledger(store, 99, begin_recovery)
+        update_ledger(store.ledgers, 99, begin_recovery)
     with pytest.raises(ValueError, match="ledger 2's"):
-        update_ledger(store, 1, lambda m: dataclasses.replace(m, ledger_id=2))
+        update_ledger(store.ledgers, 1, lambda m: dataclasses.replace(m, ledger_id=2))
 
 
 def test_concurrent_writers_all_land(store: InMemoryMetadataStore) -> None:
@@ -140,7 +140,7 @@ def test_concurrent_writers_all_land(store: InMemoryMetadataStore) -> None:
     def worker(i: int) -> None:
         barrier.wait()
         try:
-            update_ledger(store, 1, partial(_append_if_higher, first=10 * (i + 1)), retries_max=100)
+            update_ledger(store.ledgers, 1, partial(_append_if_higher, first=10 * (i + 1)), retries_max=100)
         except BaseException as e:  # pragma: no cover - reported below
             errors.append(e)
 
@@ -150,7 +150,7 @@ def test_concurrent_writers_all_land(store: InMemoryMetadataStore) -> None:
     for t in threads:
         t.join()
     assert not errors
-    md, version = store.read_ledger_metadata(1)
+    md, version = store.ledgers.read_ledger_metadata(1)
     assert md.ensembles[0] == B
     assert 1 <= version <= 8  # each thread either wrote or found a higher key already there
 
