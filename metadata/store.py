@@ -22,7 +22,7 @@ from ZooKeeper's semantics (versions, ephemerals, sessions).
 from __future__ import annotations
 
 from types import TracebackType
-from typing import Any, Self
+from typing import Self
 
 from metadata.cluster import ClusterStore
 from metadata.layout import ZkLayout
@@ -82,12 +82,3 @@ class MetadataStore:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.close()
-
-    def __getattr__(self, name: str) -> Any:
-        """Transitional: the flat API of before the stores were composed, while call sites move
-        to ``store.cluster`` / ``.ledgers`` / ``.streams`` / ``.underreplication``."""
-        for part in ("cluster", "ledgers", "streams", "underreplication"):
-            component = self.__dict__.get(part)
-            if component is not None and not name.startswith("_") and hasattr(component, name):
-                return getattr(component, name)
-        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
