@@ -106,7 +106,7 @@ class Namespace:
         new = self._settings.updated(**changes)
         with metadata_errors(f"update namespace {self.name}"):
             self._version = self.client.store.streams.write_namespace(self.name, encode_settings(new.to_json()),
-                                                              self._version)
+                                                                      self._version)
         self._settings = new
         return new
 

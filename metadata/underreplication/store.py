@@ -393,7 +393,7 @@ class UnderReplicationStore:
             self._prune_buckets([path.rsplit("/", 1)[0]])
 
     def _candidates_of(self, groups: list[LeafGroup], excluded: set[int], locked: set[int],
-                          tried: set[int]) -> Iterator[tuple[int, float]]:
+                       tried: set[int]) -> Iterator[tuple[int, float]]:
         """Untried ledgers that look free (and when their listing was fetched), in random order:
         random draws while they mostly hit (no pass over a big queue per acquire), then the rest
         shuffled."""
@@ -428,7 +428,7 @@ class UnderReplicationStore:
         lock_path, node_path = self._paths.ur_lock(ledger_id), self._paths.ur_ledger(ledger_id)
         session = self._nodes.live_session()
         created, node = self._nodes.pipeline([Op("create", lock_path, encode_lock(), ephemeral=True),
-                                           Op("get", node_path)], retry=True)
+                                              Op("get", node_path)], retry=True)
         if isinstance(created, NoNodeError):  # no locks directory (an old cluster): the slow path
             return self._lock_slow(ledger_id)
         if isinstance(created, NodeExistsError):

@@ -274,7 +274,7 @@ class ZkNodes(Nodes):
                 return None
             try:  # created meanwhile: list it after all
                 names, stat = self._call("list", path, partial(self._client.get_children_async, path, watch=watch,
-                                                              include_data=True))
+                                                               include_data=True))
                 return list(names), int(stat.cversion)
             except NoNodeError:
                 continue

@@ -303,8 +303,8 @@ class Bookie:
             # The new node first, then the old one goes (BookKeeper's doRegisterReadOnlyBookie):
             # at no moment is the bookie in neither list, so an auditor never sees it lost.
             self.metadata.cluster.register_bookie(self.bookie_id, readonly=read_only,
-                                          data=self._registration_data(),
-                                          wait_ms_max=self.config.registration_wait_ms_max)
+                                                  data=self._registration_data(),
+                                                  wait_ms_max=self.config.registration_wait_ms_max)
             if prev is not None:
                 self.metadata.cluster.unregister_bookie(self.bookie_id, readonly=prev)
             self._registered_read_only = read_only

@@ -145,7 +145,7 @@ def test_a_pipeline_answers_each_op_in_order(store: MetadataStore, base: str) ->
                           Op("delete", f"{base}/a", version=0)], retry=True)
     assert got[0] == f"{base}/a" and got[1] == (b"x", 0, nodes.session()) and got[4] is None and got[7] is None
     assert [type(g) for g in (got[2], got[3], got[5], got[6])] == [NodeExistsError, NoNodeError, NotEmptyError,
-                                                                     BadVersionError]
+                                                                   BadVersionError]
 
 
 def test_a_data_watch_fires_once_on_the_next_change(backend: Backend, store: MetadataStore, base: str) -> None:

@@ -29,7 +29,7 @@ def test_periodic_check_finds_a_live_bookie_missing_entries(cluster_factory, tmp
     md = LedgerMetadata.new_open(lid, [a, b, c], write_quorum_size=3, ack_quorum_size=2,
                                  digest_type=DigestType.CRC32C, password=PASSWORD)
     store.ledgers.create_ledger_metadata(dataclasses.replace(md, state=LedgerState.CLOSED, last_entry_id=ENTRIES - 1,
-                                                     length=100 * ENTRIES))
+                                                             length=100 * ENTRIES))
     for bookie in (a, b):   # `c` never got them: as if it had lost its copy of the ledger
         with BookieClient(bookie) as client:
             assert {r.status for r in add_all(client, lid, range(ENTRIES))} == {pb.EOK}

@@ -19,7 +19,7 @@ def test_a_serving_slot_whose_bookie_is_gone_is_not_counted() -> None:
     store.cluster.init_cluster()
     for slot, bookie in enumerate(["10.0.0.1:3181", "10.0.0.2:3182"]):
         store.cluster.put_app_data(app_key("c", "slots", str(slot)),
-                           json.dumps({"slot": slot, "bookie_id": bookie, "state": SERVING}).encode())
+                                   json.dumps({"slot": slot, "bookie_id": bookie, "state": SERVING}).encode())
     store.cluster.register_bookie("10.0.0.1:3181", readonly=False, wait_ms_max=0)
     h = cluster_health(store, "c", 2)
     assert h["slots_serving"] == 1

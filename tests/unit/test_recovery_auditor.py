@@ -172,7 +172,7 @@ def test_placement_check_counts_fragments_that_break_the_policy():
         racks = {A: "/r1", B: "/r1", C: "/r2", D: "/r2", E: "/r3"}
         for b, rack in racks.items():
             bookies.cluster.register_bookie(b, readonly=False, wait_ms_max=0,
-                                    data=json.dumps({"id": b, "network_location": rack}).encode())
+                                            data=json.dumps({"id": b, "network_location": rack}).encode())
         bookies.ledgers.create_ledger_metadata(closed_ledger(1, [A, B, C]))   # write set {A, B}: one rack
         bookies.ledgers.create_ledger_metadata(closed_ledger(2, [A, C, E]))   # three racks: fine
         a = start_auditor(store, placement_check_interval_ms=300)
