@@ -261,6 +261,12 @@ class WriteHandle:
             try:
                 new, delayed = self._new_ensemble(ensemble, indexes, planned, back)
                 if new is None:
+                    # A delay writes no metadata, so nothing would tell this writer that a recovery
+                    # took the ledger over (it would wait out the operation timeout): ask.
+                    taken = self._taken_over()
+                    if taken is not None:
+                        self._fail(taken)
+                        return
                     if self._delay(planned):
                         continue
                     return
