@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hosting_helpers import COMEBACK_S, hosting_cluster
 
 from ledger_client import ClientConfig, LedgerClient
 from ledger_client.machines.quorum import write_set
@@ -42,7 +43,6 @@ PW = b"pw"
 CLIENT = ClientConfig(add_timeout_ms=3_000, read_timeout_ms=5_000, speculative_read_timeout_ms=300,
                       operation_timeout_ms=120_000, zk_session_timeout_ms=4_000)
 # Generous: an executor JVM takes 5 s on a quiet machine and over a minute under load to come back.
-COMEBACK_S = 300.0
 
 
 def payload(ledger: str, i: int) -> bytes:
@@ -56,12 +56,6 @@ def wait_until(pred: Callable[[], bool], timeout_s: float, what: str, diag: Call
             return
         time.sleep(0.5)
     raise AssertionError(f"timed out after {timeout_s:g} s waiting for {what}\n{diag()}")
-
-
-def write_toml(path: Path, table: str, settings: dict[str, Any]) -> Path:
-    body = "".join(f"{k} = {v!r}\n".replace("'", '"') for k, v in settings.items())
-    path.write_text(f"[{table}]\n{body}")
-    return path
 
 
 def pid_alive(pid: int) -> bool:
@@ -106,25 +100,10 @@ class Writer(threading.Thread):
 
 @pytest.fixture(scope="module")
 def cluster(zk_server: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSandbox]:
-    root = tmp_path_factory.mktemp("bookie-cluster")
-    zk = f"{zk_server}/t-{uuid.uuid4().hex[:12]}/ledgers"
-    bookie_conf = write_toml(root / "bookie.toml", "bookie", {
-        "gc_interval_ms": 3_600_000, "journal_preallocate_bytes": 1 << 20, "write_cache_bytes_max": 8 << 20})
-    ar_conf = write_toml(root / "autorecovery.toml", "autorecovery", {
-        "audit_interval_ms": 5_000, "acquire_poll_ms": 500, "open_ledger_rereplication_grace_ms": 5_000,
-        "zk_session_timeout_ms": 4_000})
-    with connect_metadata(zk) as store:
-        store.cluster.init_cluster()
-        _set_lost_bookie_delay(zk, 3_600)  # until test_slot_that_does_not_come_back...: no re-replication
-    sb = SparkSandbox(root, 3, zk_connect=zk, extra_args=[
-        "--zk-session-timeout-ms", "4000", "--heartbeat-interval-s", "1", "--health-interval-s", "5",
-        "--bookie-conf", str(bookie_conf), "--autorecovery-conf", str(ar_conf)], start_timeout_s=COMEBACK_S,
-        submit_conf={"spark.executorEnv.SPARK_BOOKIE_SUBMIT_MARK": MARK}, script=REPO / "jobs" / "bookie_cluster.py")
-    try:
-        sb.start()
+    # lostBookieRecoveryDelay 1 h until test_slot_that_does_not_come_back...: no re-replication
+    with hosting_cluster(tmp_path_factory.mktemp("bookie-cluster"), zk_server, lost_bookie_delay_s=3_600,
+                         submit_conf={"spark.executorEnv.SPARK_BOOKIE_SUBMIT_MARK": MARK}) as sb:
         yield sb
-    finally:
-        sb.stop()
 
 
 def _set_lost_bookie_delay(zk: str, seconds: int) -> None:

@@ -15,28 +15,24 @@ import os
 import signal
 import threading
 import time
-import uuid
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
+from hosting_helpers import COMEBACK_S, hosting_cluster
 
 from ledger_client import ClientConfig, LedgerClient
 from ledger_client.machines.quorum import write_set
 from ledger_client.protocol.framing import Digester, DigestType
-from metadata import connect as connect_metadata
 from spark_bookie.hosting.slots import SERVING, read_slot_statuses
 from spark_bookie.local.sandbox import SparkSandbox
 
 pytestmark = pytest.mark.spark
 
-REPO = Path(__file__).resolve().parents[2]
 NAME = "bookie-cluster"
 PW = b"pw"
 CLIENT = ClientConfig(add_timeout_ms=3_000, read_timeout_ms=5_000, speculative_read_timeout_ms=300,
                       operation_timeout_ms=120_000, zk_session_timeout_ms=4_000)
-COMEBACK_S = 300.0   # an executor JVM takes 5 s on a quiet machine and over a minute under load to come back
 
 
 def payload(i: int) -> bytes:
@@ -50,11 +46,6 @@ def wait_until(pred: Callable[[], bool], timeout_s: float, what: str, diag: Call
             return
         time.sleep(0.5)
     raise AssertionError(f"timed out after {timeout_s:g} s waiting for {what}\n{diag()}")
-
-
-def write_toml(path: Path, table: str, settings: dict[str, Any]) -> Path:
-    path.write_text(f"[{table}]\n" + "".join(f"{k} = {v!r}\n" for k, v in settings.items()))
-    return path
 
 
 class Writer(threading.Thread):
@@ -82,26 +73,10 @@ class Writer(threading.Thread):
 
 @pytest.fixture(scope="module")
 def cluster(zk_server: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSandbox]:
-    root = tmp_path_factory.mktemp("no-spare-cluster")
-    zk = f"{zk_server}/t-{uuid.uuid4().hex[:12]}/ledgers"
-    bookie_conf = write_toml(root / "bookie.toml", "bookie", {
-        "gc_interval_ms": 3_600_000, "journal_preallocate_bytes": 1 << 20, "write_cache_bytes_max": 8 << 20})
-    ar_conf = write_toml(root / "autorecovery.toml", "autorecovery", {
-        "audit_interval_ms": 5_000, "acquire_poll_ms": 500, "open_ledger_rereplication_grace_ms": 5_000,
-        "worker_backoff_ms": 500, "worker_backoff_max_ms": 3_000, "zk_session_timeout_ms": 4_000})
-    with connect_metadata(zk) as store:
-        store.cluster.init_cluster()
-        # the auditor marks the dead bookie's ledgers at once
-        store.underreplication.set_lost_bookie_recovery_delay_s(0)
-    sb = SparkSandbox(root, 3, zk_connect=zk, extra_args=[
-        "--zk-session-timeout-ms", "4000", "--heartbeat-interval-s", "1", "--health-interval-s", "5",
-        "--bookie-conf", str(bookie_conf), "--autorecovery-conf", str(ar_conf)], start_timeout_s=COMEBACK_S,
-        submit_conf={}, script=REPO / "jobs" / "bookie_cluster.py")
-    try:
-        sb.start()
+    # lostBookieRecoveryDelay 0: the auditor marks the dead bookie's ledgers at once
+    with hosting_cluster(tmp_path_factory.mktemp("no-spare-cluster"), zk_server, lost_bookie_delay_s=0,
+                         autorecovery={"worker_backoff_ms": 500, "worker_backoff_max_ms": 3_000}) as sb:
         yield sb
-    finally:
-        sb.stop()
 
 
 def slot_of(sb: SparkSandbox, bookie_id: str) -> dict[str, Any]:
