@@ -4,8 +4,9 @@ driver. One per test module (a start costs 15-30 s)."""
 
 from __future__ import annotations
 
+import time
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,16 @@ def write_toml(path: Path, table: str, settings: Mapping[str, Any]) -> Path:
     body = "".join(f"{k} = {v!r}\n".replace("'", '"') for k, v in settings.items())
     path.write_text(f"[{table}]\n{body}")
     return path
+
+
+def wait_until(pred: Callable[[], bool], timeout_s: float, what: str, diag: Callable[[], str] = lambda: "") -> None:
+    """Poll `pred` every 0.5 s until it holds; AssertionError with `diag()` after `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if pred():
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"timed out after {timeout_s:g} s waiting for {what}\n{diag()}")
 
 
 @contextmanager

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hosting_helpers import COMEBACK_S, hosting_cluster
+from hosting_helpers import COMEBACK_S, hosting_cluster, wait_until
 
 from ledger_client import ClientConfig, LedgerClient
 from ledger_client.machines.quorum import write_set
@@ -47,15 +47,6 @@ CLIENT = ClientConfig(add_timeout_ms=3_000, read_timeout_ms=5_000, speculative_r
 
 def payload(ledger: str, i: int) -> bytes:
     return f"{ledger}-{i:06d}|".encode() * 8
-
-
-def wait_until(pred: Callable[[], bool], timeout_s: float, what: str, diag: Callable[[], str] = lambda: "") -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if pred():
-            return
-        time.sleep(0.5)
-    raise AssertionError(f"timed out after {timeout_s:g} s waiting for {what}\n{diag()}")
 
 
 def pid_alive(pid: int) -> bool:

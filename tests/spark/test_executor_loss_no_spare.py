@@ -15,11 +15,11 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from hosting_helpers import COMEBACK_S, hosting_cluster
+from hosting_helpers import COMEBACK_S, hosting_cluster, wait_until
 
 from ledger_client import ClientConfig, LedgerClient
 from ledger_client.machines.quorum import write_set
@@ -37,15 +37,6 @@ CLIENT = ClientConfig(add_timeout_ms=3_000, read_timeout_ms=5_000, speculative_r
 
 def payload(i: int) -> bytes:
     return f"no-spare-{i:06d}|".encode() * 8
-
-
-def wait_until(pred: Callable[[], bool], timeout_s: float, what: str, diag: Callable[[], str] = lambda: "") -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if pred():
-            return
-        time.sleep(0.5)
-    raise AssertionError(f"timed out after {timeout_s:g} s waiting for {what}\n{diag()}")
 
 
 class Writer(threading.Thread):
