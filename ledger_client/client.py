@@ -14,7 +14,9 @@ from __future__ import annotations
 
 from .core import LedgerCore
 from .stream import namespace as namespaces
+from .stream import tenants
 from .stream.namespace import Namespace
+from .stream.tenants import TenantInfo
 
 
 class LedgerClient(LedgerCore):
@@ -23,10 +25,37 @@ class LedgerClient(LedgerCore):
     `metadata_store` lets tests and the simulator pass an in-memory twin instead of ZooKeeper.
     """
 
-    def create_namespace(self, name: str, **settings: object) -> Namespace:
-        """A new namespace with its settings (NamespaceSettings' fields); NamespaceExistsError if it exists."""
+    def create_namespace(self, name: str, tenant: str = "public", **settings: object) -> Namespace:
+        """A new namespace of ``tenant`` with its settings (NamespaceSettings' fields);
+        NamespaceExistsError if it exists. With authentication on, superusers and the tenant's admin
+        roles only."""
         self._check_open()
-        return namespaces.create_namespace(self, name, **settings)
+        return namespaces.create_namespace(self, name, tenant, **settings)
+
+    # -- tenants (DESIGN §4.9) ---------------------------------------------------------------------
+    def create_tenant(self, name: str, admin_roles: list[str] | tuple[str, ...] = ()) -> None:
+        """A tenant whose ``admin_roles`` manage its namespaces and grants (superusers only)."""
+        self._check_open()
+        tenants.create_tenant(self, name, admin_roles)
+
+    def update_tenant(self, name: str, admin_roles: list[str] | tuple[str, ...]) -> None:
+        """Replace the tenant's admin roles (superusers only)."""
+        self._check_open()
+        tenants.update_tenant(self, name, admin_roles)
+
+    def list_tenants(self) -> list[str]:
+        self._check_open()
+        return tenants.list_tenants(self)
+
+    def tenant_info(self, name: str) -> TenantInfo:
+        """Its admin roles and namespaces; NoSuchTenantError if absent."""
+        self._check_open()
+        return tenants.tenant_info(self, name)
+
+    def delete_tenant(self, name: str) -> None:
+        """TenantNotEmptyError while it owns namespaces (superusers only)."""
+        self._check_open()
+        tenants.delete_tenant(self, name)
 
     def namespace(self, name: str) -> Namespace:
         """NoSuchNamespaceError if absent."""

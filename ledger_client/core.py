@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Self
 
 from metadata import LedgerMetadata, LedgerState, MetadataError, MetadataStore, update_ledger
 from metadata import connect as connect_metadata
+from metadata.tenancy import CONSUME, PRODUCE, Caller, authorize
 
 from . import errors
 from .bookies import BookiePool, BookieRegistry
@@ -76,11 +77,12 @@ class LedgerCore:
         with metadata_errors("watch bookies"):
             self.registry = BookieRegistry(self.store)
         cfg = self.config
+        self.credentials = credentials_of(cfg)
         self.pool = BookiePool(cfg.read_timeout_ms, StreamLimits(
             batch_entries_max=cfg.bookie_batch_entries_max, in_flight_adds_max=cfg.bookie_in_flight_adds_max,
             backlog_adds_max=cfg.bookie_backlog_adds_max, messages_in_flight_max=cfg.bookie_messages_in_flight_max,
             window_bypass_adds=cfg.bookie_window_bypass_adds, add_transport=cfg.bookie_add_transport),
-            read_transport=cfg.bookie_read_transport, credentials=credentials_of(cfg))
+            read_transport=cfg.bookie_read_transport, credentials=self.credentials)
         self.placement = EnsemblePlacement(random.Random(self.config.placement_seed))
         self._executor = ThreadPoolExecutor(max_workers=8, thread_name_prefix="ledger-client")
         self._writers: weakref.WeakSet[WriteHandle] = weakref.WeakSet()
@@ -134,10 +136,38 @@ class LedgerCore:
 
     # ------------------------------------------------------------------ ledgers
 
+    @property
+    def caller(self) -> Caller | None:
+        """Who this client's token names (None: it has none; nothing is checked then)."""
+        return self.credentials.caller()
+
+    def check_ledger_access(self, md: LedgerMetadata, action: str) -> None:
+        """UnauthorizedAccessError naming the role, the namespace and the action when this client's
+        role may not ``action`` the ledger: the bookies would refuse it too (DESIGN §4.9), but only
+        with their own words, and after a metadata change such as a recovery's was begun."""
+        caller = self.caller
+        if caller is None or caller.privileged:
+            return
+        access, admins = None, frozenset[str]()
+        if md.namespace:
+            with metadata_errors(f"read the grants of namespace {md.namespace}"):
+                got = self.store.tenants.read_access(md.namespace)
+                if got is not None:
+                    access = got[0]
+                    tenant = self.store.tenants.read_tenant(access.tenant)
+                    admins = tenant[0].admin_roles if tenant is not None else frozenset()
+        why = authorize(caller, action, ledger_id=md.ledger_id, namespace=md.namespace, owner_role=md.owner_role,
+                        access=access, tenant_admins=admins)
+        if why is not None:
+            raise errors.UnauthorizedAccessError(why)
+
     def create_ledger(self, ensemble_size: int = 3, write_quorum_size: int = 3, ack_quorum_size: int = 2,
                       digest_type: DigestType = DigestType.CRC32C, password: bytes = b"",
-                      custom_metadata: Mapping[str, bytes] | None = None) -> WriteHandle:
+                      custom_metadata: Mapping[str, bytes] | None = None, *, namespace: str = "") -> WriteHandle:
+        """``namespace``: the namespace whose grants decide who may touch the ledger (streams pass
+        their own; "" = this client's role alone), recorded in its metadata for good."""
         self._check_open()
+        caller = self.caller
         _check_create_args(ensemble_size, write_quorum_size, ack_quorum_size, digest_type, password,
                            custom_metadata)
         ensemble = self.placement.new_ensemble(ensemble_size, self.registry.writable())
@@ -149,7 +179,8 @@ class LedgerCore:
                 write_quorum_size=write_quorum_size, ack_quorum_size=ack_quorum_size, last_entry_id=-1,
                 length=0, ensembles={0: ensemble}, digest_type=digest_type, password_hash=key,
                 ctime=int(time.time() * 1000),
-                custom_metadata={k: bytes(v) for k, v in (custom_metadata or {}).items()})
+                custom_metadata={k: bytes(v) for k, v in (custom_metadata or {}).items()},
+                namespace=namespace, owner_role=caller.subject if caller is not None else "")
             self.store.ledgers.create_ledger_metadata(md)
         w = WriteHandle(self, md, Digester(digest_type, bytes(password)), key)
         self._writers.add(w)
@@ -164,6 +195,7 @@ class LedgerCore:
         key = master_key(bytes(password))
         if key != md.password_hash:
             raise errors.UnauthorizedAccessError(f"wrong password for ledger {ledger_id}")
+        self.check_ledger_access(md, PRODUCE if recovery and md.state is not LedgerState.CLOSED else CONSUME)
         digester = Digester(md.digest_type, bytes(password))
         if self.metrics is not None:
             (self.metrics.recovery_opens if recovery else self.metrics.opens).inc()
@@ -200,7 +232,10 @@ class LedgerCore:
     def delete_ledger(self, ledger_id: int) -> None:
         """Remove the ledger's metadata (bookies reclaim its space by GC). Idempotent."""
         self._check_open()
+        caller = self.caller
         try:
+            if caller is not None and not caller.privileged:
+                self.check_ledger_access(self.ledger_metadata(ledger_id), PRODUCE)
             with metadata_errors(f"delete ledger {ledger_id}", missing_ledger=True):
                 self.store.ledgers.delete_ledger_metadata(ledger_id)
         except errors.NoSuchLedgerError:

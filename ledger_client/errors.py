@@ -177,3 +177,27 @@ class StreamFencedError(LedgerFencedError, StreamClosedError):
     StreamClosedError, which the writer is."""
 
     code = LedgerFencedError.code
+
+
+class TenantError(LedgerError):
+    """Base of the tenant errors (DESIGN §4.9)."""
+
+    code = -220
+
+
+class NoSuchTenantError(TenantError):
+    """The tenant does not exist (Pulsar's 404 on a tenant)."""
+
+    code = -221
+
+
+class TenantExistsError(TenantError):
+    """Creating a tenant that exists (Pulsar's 409)."""
+
+    code = -222
+
+
+class TenantNotEmptyError(TenantError):
+    """Deleting a tenant that still owns namespaces."""
+
+    code = -223

@@ -21,6 +21,7 @@ from metadata import (
     NoNodeError,
 )
 from metadata.streams import NamespaceGoneError, StreamGoneError, StreamLockTimeoutError
+from metadata.tenancy import TenantGoneError
 
 from . import errors
 
@@ -28,6 +29,7 @@ from . import errors
 # The first match wins: subclasses come before their bases (NamespaceGoneError is a StreamGoneError).
 MAPPING: tuple[tuple[type[MetadataError], type[errors.LedgerError], str], ...] = (
     (NamespaceGoneError, errors.NoSuchNamespaceError, ""),
+    (TenantGoneError, errors.NoSuchTenantError, ""),
     (StreamGoneError, errors.NoSuchStreamError, ""),
     (StreamLockTimeoutError, errors.StreamLockedError, ""),
     (BadVersionError, errors.MetadataVersionError, "metadata changed concurrently"),

@@ -87,6 +87,8 @@ class LedgerMetadata:
     ctime: int
     custom_metadata: dict[str, bytes] = field(default_factory=dict)
     format_version: int = CURRENT_FORMAT_VERSION
+    namespace: str = ""      # whose grants decide access ("" outside namespaces); never changed
+    owner_role: str = ""     # the creator's role (token subject; "" with no authentication); never changed
 
     def __post_init__(self) -> None:
         if any(isinstance(v, str | bytes) for v in dict(self.ensembles).values()):
@@ -255,6 +257,8 @@ def encode(md: LedgerMetadata) -> bytes:
         password_hash=md.password_hash,
         ctime=md.ctime,
         custom_metadata=md.custom_metadata,
+        namespace=md.namespace,
+        owner_role=md.owner_role,
     )
     return _HEADER.pack(MAGIC, CURRENT_FORMAT_VERSION) + msg.SerializeToString(deterministic=True)
 
@@ -306,4 +310,6 @@ def decode(data: bytes, ledger_id: int) -> LedgerMetadata:
         ctime=msg.ctime,
         custom_metadata=dict(msg.custom_metadata),
         format_version=version,
+        namespace=msg.namespace,
+        owner_role=msg.owner_role,
     )

@@ -10,6 +10,8 @@ twin in :class:`metadata.memory.store.InMemoryMetadataStore`), and on it, writte
   ledger ids, ledger watches;
 - :attr:`~MetadataStore.streams` (:class:`~metadata.streams.store.StreamStore`): namespaces,
   streams, segments, writer locks;
+- :attr:`~MetadataStore.tenants` (:class:`~metadata.tenancy.store.TenantStore`): tenants and each
+  namespace's tenant and grants;
 - :attr:`~MetadataStore.underreplication`
   (:class:`~metadata.underreplication.store.UnderReplicationStore`): the re-replication queue, its
   switches and the auditor election.
@@ -30,6 +32,7 @@ from metadata.ledgers import LedgerStore
 from metadata.nodes import Nodes
 from metadata.session import SessionEvent, SessionListener
 from metadata.streams.store import StreamStore
+from metadata.tenancy.store import TenantStore
 from metadata.underreplication.store import UnderReplicationStore
 from metadata.watches import WatchKeeper
 
@@ -51,6 +54,7 @@ class MetadataStore:
         nodes.add_session_listener(self._watches.session_event)
         self.ledgers = LedgerStore(nodes, paths, self._watches)
         self.streams = StreamStore(nodes, paths)
+        self.tenants = TenantStore(nodes, paths)
         self.underreplication = UnderReplicationStore(nodes, paths)
 
     def add_session_listener(self, callback: SessionListener) -> None:

@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
-from metadata.errors import BadVersionError, MetadataUpdateConflictError
+from metadata.errors import BadVersionError, InvalidMetadataError, MetadataUpdateConflictError
 from metadata.model import LedgerMetadata
 from metadata.transitions import unchanged
 
@@ -29,6 +29,16 @@ class LedgerMetadataAccess(Protocol):
     def read_ledger_metadata(self, ledger_id: int) -> tuple[LedgerMetadata, int]: ...
 
     def write_ledger_metadata(self, md: LedgerMetadata, version: int) -> int: ...
+
+
+def _check_tenancy_kept(old: LedgerMetadata, new: LedgerMetadata) -> None:
+    """A ledger's namespace and creator are set at creation and never change (bookies cache them
+    for good); the one exception is the migration to tenants stamping a namespace on a ledger
+    that predates them."""
+    if new.owner_role != old.owner_role or (new.namespace != old.namespace and old.namespace):
+        raise InvalidMetadataError(
+            f"ledger {old.ledger_id}: its namespace and creator role never change "
+            f"({old.namespace!r}/{old.owner_role!r} -> {new.namespace!r}/{new.owner_role!r})")
 
 
 def update_ledger(
@@ -55,6 +65,7 @@ def update_ledger(
             return md, version
         if new.ledger_id != ledger_id:
             raise ValueError(f"a transition of ledger {ledger_id} returned ledger {new.ledger_id}'s metadata")
+        _check_tenancy_kept(md, new)
         try:
             return new, store.write_ledger_metadata(new, version)
         except BadVersionError:

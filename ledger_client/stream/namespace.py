@@ -3,10 +3,20 @@ points to writers and readers."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from metadata.streams import SegmentEnd, SegmentMeta, StreamMeta, StreamView, decode_settings, encode_settings
+from metadata.streams import (
+    SegmentEnd,
+    SegmentMeta,
+    StreamMeta,
+    StreamView,
+    decode_access,
+    decode_settings,
+    encode_settings,
+)
+from metadata.tenancy import CONSUME, PRODUCE, PUBLIC_TENANT, NamespaceAccess
 
 from .. import errors
 from ..metadata_errors import metadata_errors
@@ -15,6 +25,7 @@ from .meta import check_names, now_ms
 from .reader import StreamReader
 from .segments import apply_retention, live_end
 from .settings import NamespaceSettings
+from .tenants import create_public_tenant, require_manage, require_namespace, require_tenant_admin
 from .writer import StreamWriter
 
 STREAM_INFO_TRIES = 3   # reads of a stream whose in-progress segment's ledger vanished meanwhile
@@ -82,11 +93,14 @@ class Namespace:
     """A group of streams sharing settings. Get one from ``LedgerClient.namespace`` /
     ``create_namespace``; cheap to make, holds no resources."""
 
-    def __init__(self, client: LedgerClient, name: str, settings: NamespaceSettings, version: int) -> None:
+    def __init__(self, client: LedgerClient, name: str, settings: NamespaceSettings, version: int,
+                 access: dict[str, object] | None = None) -> None:
+        """``access``: the access record as stored (None: the namespace predates tenants)."""
         self.client = client
         self.name = name
         self._settings = settings
         self._version = version
+        self._access = access
 
     def __repr__(self) -> str:
         return f"Namespace({self.name!r})"
@@ -98,21 +112,60 @@ class Namespace:
     def refresh(self) -> NamespaceSettings:
         """Re-read the settings (another client may have changed them)."""
         fresh = get_namespace(self.client, self.name)
-        self._settings, self._version = fresh._settings, fresh._version
+        self._settings, self._version, self._access = fresh._settings, fresh._version, fresh._access
         return self._settings
+
+    @property
+    def tenant(self) -> str:
+        """The tenant that owns the namespace (``public`` for one made without a tenant)."""
+        return NamespaceAccess.from_json(self._access, f"namespace {self.name}").tenant
+
+    # -- permissions (DESIGN §4.9) ------------------------------------------------------------
+    def grant_permission(self, role: str, actions: Iterable[str]) -> None:
+        """Give ``role`` the ``actions`` (``produce``, ``consume``) on this namespace, replacing
+        what it had; superusers and the tenant's admin roles only. Bookies apply it within
+        seconds (they watch the namespace)."""
+        access = require_manage(self.client, self.name, f"grant permissions on namespace {self.name!r}")
+        try:
+            change = access.granted(role, actions)   # checks role and actions before anything is written
+        except (ValueError, TypeError) as e:
+            raise errors.IncorrectParameterError(f"grant on namespace {self.name!r}: {e}") from e
+        with metadata_errors(f"grant {role} on namespace {self.name}"):
+            self.client.store.tenants.update_access(self.name, lambda a: a.granted(role, change.actions_of(role)))
+        self.refresh()
+
+    def revoke_permission(self, role: str) -> None:
+        """Take everything ``role`` was granted here; its open readers and writers are refused by
+        the bookies within 5 s."""
+        require_manage(self.client, self.name, f"revoke permissions on namespace {self.name!r}")
+        with metadata_errors(f"revoke {role} on namespace {self.name}"):
+            self.client.store.tenants.update_access(self.name, lambda a: a.revoked(role))
+        self.refresh()
+
+    def permissions(self) -> dict[str, frozenset[str]]:
+        """Role -> actions granted here (superusers and the tenant's admin roles)."""
+        access = require_manage(self.client, self.name, f"read the permissions of namespace {self.name!r}")
+        return dict(access.permissions)
+
+    def require(self, action: str) -> None:
+        """UnauthorizedAccessError unless this client's role may ``action`` here (no token: nothing
+        is checked). Read fresh each time: a grant may have changed."""
+        require_namespace(self.client, self.name, action)
 
     def update_settings(self, **changes: object) -> NamespaceSettings:
         """Change settings (validated; CAS on what was read): they apply to new segments."""
         new = self._settings.updated(**changes)
+        require_manage(self.client, self.name, f"change the settings of namespace {self.name!r}")
         with metadata_errors(f"update namespace {self.name}"):
-            self._version = self.client.store.streams.write_namespace(self.name, encode_settings(new.to_json()),
-                                                                      self._version)
+            self._version = self.client.store.streams.write_namespace(
+                self.name, encode_settings(new.to_json(), self._access), self._version)
         self._settings = new
         return new
 
     # -- streams ----------------------------------------------------------------------------
     def create_stream(self, name: str) -> None:
         check_names((name, "stream"))
+        self.require(PRODUCE)
         with metadata_errors(f"create stream {self.name}/{name}", exists=errors.StreamExistsError):
             self.client.store.streams.create_stream(self.name, name, StreamMeta(ctime_ms=now_ms()))
 
@@ -124,6 +177,7 @@ class Namespace:
             pass
 
     def list_streams(self, prefix: str = "") -> list[str]:
+        self.require(CONSUME)
         with metadata_errors(f"list streams of {self.name}"):
             return [s for s in self.client.store.streams.list_streams(self.name) if s.startswith(prefix)]
 
@@ -133,6 +187,7 @@ class Namespace:
     def view_if_any(self, name: str) -> StreamView | None:
         """The stream's metadata as read now, or None if it does not exist."""
         check_names((name, "stream"))
+        self.require(CONSUME)
         with metadata_errors(f"read stream {self.name}/{name}"):
             return self.client.store.streams.read_stream(self.name, name)
 
@@ -159,6 +214,7 @@ class Namespace:
 
     def delete_stream(self, name: str) -> None:
         """The stream, its metadata and its segments' ledgers."""
+        self.require(PRODUCE)
         view = self.view(name)
         with metadata_errors(f"delete stream {self.name}/{name}"):
             self.client.store.streams.delete_stream(self.name, name)
@@ -168,27 +224,36 @@ class Namespace:
 
     def apply_retention(self, name: str, now_ms: int | None = None) -> int:
         """Delete the sealed segments past the namespace's retention limits; how many went."""
+        self.require(PRODUCE)
         return apply_retention(self, name, now_ms)
 
     # -- writers and readers ----------------------------------------------------------------
     def open_writer(self, name: str, lock_timeout_ms: int = 30_000) -> StreamWriter:
         """The stream's single writer (created if missing); StreamLockedError while another live
         writer holds it after ``lock_timeout_ms``."""
+        self.require(PRODUCE)
         return StreamWriter(self, name, lock_timeout_ms)
 
     def open_reader(self, name: str, start: DLSN | str = DLSN.INITIAL, start_txid: int | None = None) -> StreamReader:
         """A reader from ``start`` (a DLSN, or "latest"), or from the first record with txid >= ``start_txid``."""
+        self.require(CONSUME)
         return StreamReader(self, name, start, start_txid)
 
 
 # ---------------------------------------------------------------------- client-level
 
-def create_namespace(client: LedgerClient, name: str, **settings: object) -> Namespace:
+def create_namespace(client: LedgerClient, name: str, tenant: str = PUBLIC_TENANT, **settings: object) -> Namespace:
+    """A namespace owned by ``tenant`` (superusers and the tenant's admin roles; NoSuchTenantError
+    for a tenant never created, except ``public``, which exists from the first namespace on)."""
     check_names((name, "namespace"))
     s = NamespaceSettings.build(**settings)
+    if tenant == PUBLIC_TENANT:
+        create_public_tenant(client)
+    require_tenant_admin(client, tenant, f"create namespace {name!r} in tenant {tenant!r}")
+    access = NamespaceAccess(tenant).to_json()
     with metadata_errors(f"create namespace {name}", exists=errors.NamespaceExistsError):
-        client.store.streams.create_namespace(name, encode_settings(s.to_json()))
-    return Namespace(client, name, s, 0)
+        client.store.streams.create_namespace(name, encode_settings(s.to_json(), access))
+    return Namespace(client, name, s, 0, access)
 
 
 def get_namespace(client: LedgerClient, name: str) -> Namespace:
@@ -198,7 +263,8 @@ def get_namespace(client: LedgerClient, name: str) -> Namespace:
         if got is None:
             raise errors.NoSuchNamespaceError(f"namespace {name!r} does not exist")
         settings = NamespaceSettings.from_json(decode_settings(got[0], f"namespace {name}"))
-    return Namespace(client, name, settings, got[1])
+        access = decode_access(got[0], f"namespace {name}")
+    return Namespace(client, name, settings, got[1], access)
 
 
 def list_namespaces(client: LedgerClient) -> list[str]:
@@ -209,6 +275,7 @@ def list_namespaces(client: LedgerClient) -> list[str]:
 def delete_namespace(client: LedgerClient, name: str, force: bool = False) -> None:
     """NamespaceNotEmptyError while it has streams, unless ``force`` (then they go too)."""
     ns = get_namespace(client, name)
+    require_manage(client, name, f"delete namespace {name!r}")
     streams = ns.list_streams()
     if streams and not force:
         raise errors.NamespaceNotEmptyError(f"namespace {name!r} has {len(streams)} streams "

@@ -116,7 +116,8 @@ class TaskLedgerWriter:
         tags = {TAG_STREAM: f"{self.ns.name}/{self.stream}".encode(), TAG_WRITE: write_tag(self.batch),
                 TAG_CTIME: str(now_ms()).encode()}
         self._handle = self.ns.client.create_ledger(s.ensemble_size, s.write_quorum_size, s.ack_quorum_size,
-                                                    s.digest, s.ledger_password, custom_metadata=tags)
+                                                    s.digest, s.ledger_password, custom_metadata=tags,
+                                                    namespace=self.ns.name)
         return self._handle
 
     @property

@@ -315,7 +315,8 @@ class StreamWriter:
             settings = self.ns.refresh()
             w = self._client.create_ledger(settings.ensemble_size, settings.write_quorum_size,
                                            settings.ack_quorum_size, settings.digest, settings.ledger_password,
-                                           custom_metadata={"stream": f"{self.ns.name}/{self.name}".encode()})
+                                           custom_metadata={"stream": f"{self.ns.name}/{self.name}".encode()},
+                                           namespace=self.ns.name)
             try:
                 seq = self._commit_start(old, handle, old_end, w.ledger_id, first_txid)
             except BaseException:

@@ -18,6 +18,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import grpc
+import jwt
+
+from metadata.tenancy import Caller
 
 from .. import errors
 from ..config import ClientConfig
@@ -39,6 +42,7 @@ class Credentials:
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _channel_creds: grpc.ChannelCredentials | None = field(default=None, repr=False)
     _ssl_context: ssl.SSLContext | None = field(default=None, repr=False)
+    _caller: tuple[str, Caller] | None = field(default=None, repr=False)
 
     @property
     def tls(self) -> bool:
@@ -65,6 +69,24 @@ class Credentials:
                 raise errors.IncorrectParameterError(f"cannot read auth_token_file {self.auth_token_file}: {e}") from e
             self._checked_s = now
             return self._file_token
+
+    def caller(self) -> Caller | None:
+        """Who this client's token says it is (None: no token, nothing is checked). Decoded without
+        checking the signature: the bookies check it; the client only uses it to name itself in
+        the metadata of the ledgers it creates and to refuse early what the cluster would refuse."""
+        token = self.token()
+        if not token:
+            return None
+        cached = self._caller
+        if cached is not None and cached[0] == token:
+            return cached[1]
+        try:
+            claims = jwt.decode(token, options={"verify_signature": False})
+        except jwt.InvalidTokenError as e:
+            raise errors.IncorrectParameterError(f"the client's auth token is not a JWT: {e}") from e
+        caller = Caller(str(claims.get("sub", "")), str(claims.get("role", "client")))
+        self._caller = (token, caller)
+        return caller
 
     def grpc_metadata(self) -> tuple[tuple[str, str], ...] | None:
         """Metadata for a gRPC call: the token as a bearer credential, or None."""

@@ -10,6 +10,7 @@ from metadata.streams.model import (
     StreamMeta,
     TierInfo,
     check_name,
+    decode_access,
     decode_settings,
     encode_settings,
 )
@@ -24,4 +25,4 @@ from metadata.streams.transitions import Change, SegmentEnd, StreamView
 
 __all__ = ["FIRST_SEQUENCE", "Change", "NamespaceGoneError", "Position", "SegmentEnd", "SegmentMeta", "SegmentState",
            "StreamGoneError", "StreamLockInfo", "StreamLockTimeoutError", "StreamMeta", "StreamStore", "StreamView",
-           "TierInfo", "check_name", "decode_settings", "encode_settings"]
+           "TierInfo", "check_name", "decode_access", "decode_settings", "encode_settings"]

@@ -148,8 +148,21 @@ def decode_stream(data: bytes, what: str = "stream") -> StreamMeta:
         raise InvalidMetadataError(f"{what}: {e}") from e
 
 
-def encode_settings(settings: dict[str, Any]) -> bytes:
-    return _dumps({"settings": settings})
+def encode_settings(settings: dict[str, Any], access: dict[str, Any] | None = None) -> bytes:
+    """A namespace's znode: its settings and (from tenants on) its access record, the tenant and
+    the grants (metadata.tenancy.NamespaceAccess.to_json)."""
+    doc: dict[str, Any] = {"settings": settings}
+    if access is not None:
+        doc["access"] = access
+    return _dumps(doc)
+
+
+def decode_access(data: bytes, what: str = "namespace") -> dict[str, Any] | None:
+    """The access record of a namespace's znode (None: it predates tenants)."""
+    access = _loads(data, what).get("access")
+    if access is not None and not isinstance(access, dict):
+        raise InvalidMetadataError(f"{what}: bad access record")
+    return access
 
 
 def decode_settings(data: bytes, what: str = "namespace") -> dict[str, Any]:

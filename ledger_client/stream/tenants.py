@@ -1,0 +1,170 @@
+"""Tenants, and who may manage them and use their namespaces (DESIGN §4.9, Pulsar's model).
+
+The client's checks here name the role, the namespace and the missing action before anything is
+asked of the cluster; the cluster enforces the same rules where the data is (bookies against each
+ledger's recorded namespace, metadata.tenancy.authorize). With no token the client checks nothing,
+as an open cluster checks nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from metadata import NodeExistsError
+from metadata.tenancy import (
+    PUBLIC_TENANT,
+    SUPERUSER_ROLE,
+    NamespaceAccess,
+    TenantDoc,
+    check_role,
+    manage_refusal,
+    namespace_refusal,
+)
+
+from .. import errors
+from ..metadata_errors import metadata_errors
+from .meta import check_names
+
+if TYPE_CHECKING:
+    from ..core import LedgerCore
+
+
+@dataclass(frozen=True)
+class TenantInfo:
+    name: str
+    admin_roles: list[str]
+    namespaces: list[str]
+
+
+def _admins(client: LedgerCore, tenant: str) -> frozenset[str] | None:
+    """The tenant's admin roles (None: no such tenant)."""
+    with metadata_errors(f"read tenant {tenant}"):
+        got = client.store.tenants.read_tenant(tenant)
+    return None if got is None else got[0].admin_roles
+
+
+def _access(client: LedgerCore, ns: str) -> NamespaceAccess:
+    with metadata_errors(f"read namespace {ns}"):
+        got = client.store.tenants.read_access(ns)
+    if got is None:
+        raise errors.NoSuchNamespaceError(f"namespace {ns!r} does not exist")
+    return got[0]
+
+
+def require_superuser(client: LedgerCore, what: str) -> None:
+    caller = client.caller
+    if caller is not None and caller.role_claim != SUPERUSER_ROLE:
+        raise errors.UnauthorizedAccessError(f"role {caller.subject!r} may not {what}: superusers only")
+
+
+def require_tenant_admin(client: LedgerCore, tenant: str, what: str) -> frozenset[str]:
+    """The tenant's admin roles, once this client's role may manage the tenant."""
+    admins = _admins(client, tenant)
+    if admins is None:
+        raise errors.NoSuchTenantError(f"tenant {tenant!r} does not exist")
+    caller = client.caller
+    if caller is not None:
+        why = manage_refusal(caller, what, tenant, admins)
+        if why is not None:
+            raise errors.UnauthorizedAccessError(why)
+    return admins
+
+
+def require_manage(client: LedgerCore, ns: str, what: str) -> NamespaceAccess:
+    """The namespace's access, once this client's role may manage it (superuser or tenant admin)."""
+    access = _access(client, ns)
+    caller = client.caller
+    if caller is not None:
+        why = manage_refusal(caller, what, access.tenant, _admins(client, access.tenant) or frozenset())
+        if why is not None:
+            raise errors.UnauthorizedAccessError(why)
+    return access
+
+
+def require_namespace(client: LedgerCore, ns: str, action: str) -> None:
+    caller = client.caller
+    if caller is None or caller.privileged:
+        return
+    access = _access(client, ns)
+    why = namespace_refusal(caller, action, ns, access, _admins(client, access.tenant) or frozenset())
+    if why is not None:
+        raise errors.UnauthorizedAccessError(why)
+
+
+def create_public_tenant(client: LedgerCore) -> None:
+    """Make tenant ``public`` (no admin roles: superusers manage it) unless it exists."""
+    try:
+        with metadata_errors("create tenant public"):
+            client.store.tenants.create_tenant(PUBLIC_TENANT, TenantDoc())
+    except errors.MetadataServiceError as e:
+        if not isinstance(e.__cause__, NodeExistsError):
+            raise
+
+
+def create_tenant(client: LedgerCore, name: str, admin_roles: list[str] | tuple[str, ...] = ()) -> None:
+    """A tenant whose ``admin_roles`` manage its namespaces and their grants (superusers only)."""
+    check_names((name, "tenant"))
+    roles = _roles(admin_roles)
+    require_superuser(client, f"create tenant {name!r}")
+    with metadata_errors(f"create tenant {name}", exists=errors.TenantExistsError):
+        client.store.tenants.create_tenant(name, TenantDoc(roles))
+
+
+def update_tenant(client: LedgerCore, name: str, admin_roles: list[str] | tuple[str, ...]) -> None:
+    """Replace the tenant's admin roles (superusers only)."""
+    check_names((name, "tenant"))
+    roles = _roles(admin_roles)
+    require_superuser(client, f"change tenant {name!r}")
+    with metadata_errors(f"change tenant {name}"):
+        got = client.store.tenants.read_tenant(name)
+        if got is None:
+            raise errors.NoSuchTenantError(f"tenant {name!r} does not exist")
+        client.store.tenants.write_tenant(name, TenantDoc(roles), got[1])
+
+
+def list_tenants(client: LedgerCore) -> list[str]:
+    with metadata_errors("list tenants"):
+        return client.store.tenants.list_tenants()
+
+
+def tenant_namespaces(client: LedgerCore, tenant: str) -> list[str]:
+    """The namespaces ``tenant`` owns (one read per namespace: tenants are few, namespaces tens)."""
+    with metadata_errors(f"list the namespaces of tenant {tenant}"):
+        owned = []
+        for ns in client.store.streams.list_namespaces():
+            got = client.store.tenants.read_access(ns)
+            if got is not None and got[0].tenant == tenant:
+                owned.append(ns)
+        return owned
+
+
+def tenant_info(client: LedgerCore, name: str) -> TenantInfo:
+    """Its admin roles and namespaces (superusers and its admin roles)."""
+    check_names((name, "tenant"))
+    admins = require_tenant_admin(client, name, f"read tenant {name!r}")
+    return TenantInfo(name, sorted(admins), tenant_namespaces(client, name))
+
+
+def delete_tenant(client: LedgerCore, name: str) -> None:
+    """TenantNotEmptyError while it owns namespaces (superusers only)."""
+    check_names((name, "tenant"))
+    require_superuser(client, f"delete tenant {name!r}")
+    owned = tenant_namespaces(client, name)
+    if owned:
+        raise errors.TenantNotEmptyError(f"tenant {name!r} still owns {len(owned)} namespaces "
+                                         f"({', '.join(owned[:5])}); delete them first")
+    with metadata_errors(f"delete tenant {name}"):
+        client.store.tenants.delete_tenant(name)
+
+
+def _roles(admin_roles: object) -> frozenset[str]:
+    if isinstance(admin_roles, str) or not isinstance(admin_roles, list | tuple | set | frozenset):
+        raise errors.IncorrectParameterError(f"admin_roles must be a list of role names, not {admin_roles!r}")
+    try:
+        return frozenset(check_role(r) for r in admin_roles)
+    except ValueError as e:
+        raise errors.IncorrectParameterError(str(e)) from e
+
+
+__all__ = ["TenantInfo", "create_tenant", "delete_tenant", "list_tenants", "tenant_info", "update_tenant"]
