@@ -34,6 +34,7 @@ from metadata.nodes import Nodes
 from metadata.session import SessionEvent, SessionListener
 from metadata.store import MetadataStore
 from metadata.streams.store import StreamStore
+from metadata.tls import ZkTls, ZkTlsError
 from metadata.transitions import begin_recovery, close, replace_bookie, set_fragment, unchanged
 from metadata.underreplication import ElectionCallback, UnderReplicationStore
 from metadata.update import update_ledger
@@ -68,6 +69,8 @@ __all__ = [
     "StreamStore",
     "UnderReplicationStore",
     "ZkLayout",
+    "ZkTls",
+    "ZkTlsError",
     "begin_recovery",
     "close",
     "connect",
@@ -92,6 +95,7 @@ def connect(
     connect_timeout_ms: int = 15000,
     op_timeout_ms: int | None = None,
     zk_auth: str | None = None,
+    zk_tls: ZkTls | None = None,
 ) -> MetadataStore:
     """Open a store for a connect string: ``host:port[,...][/root]`` or ``zk://...`` for ZooKeeper,
     ``memory://NAME[/root]`` for the process-wide in-memory ensemble NAME (tests, notebooks).
@@ -99,7 +103,8 @@ def connect(
     Raises InvalidConnectStringError for a malformed string and MetadataUnavailableError when
     ZooKeeper cannot be reached within ``connect_timeout_ms``. ``zk_auth`` (``user:password``)
     authenticates the session and puts a digest ACL on every node it creates (the in-memory twin
-    has no ACLs and ignores it).
+    has no ACLs and ignores it). ``zk_tls``: the session goes to ZooKeeper's secure client port
+    over TLS (ZkTlsError at once when its files do not load; the twin ignores it).
     """
     if connect_string.startswith(MEMORY_SCHEME):
         name, _, root = connect_string[len(MEMORY_SCHEME) :].partition("/")
@@ -113,4 +118,5 @@ def connect(
         connect_timeout_ms=connect_timeout_ms,
         op_timeout_ms=op_timeout_ms,
         zk_auth=zk_auth,
+        zk_tls=zk_tls,
     )

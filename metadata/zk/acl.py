@@ -4,8 +4,8 @@ permission and nobody else anything, so a ZooKeeper client without the credentia
 read nor change the cluster's metadata.
 
 Why digest and not SASL: it needs nothing but the ZooKeeper server as shipped (the embedded one
-included), and kazoo computes the digest itself. The password travels in the clear to ZooKeeper,
-so production ensembles put TLS in front of the client port.
+included), and kazoo computes the digest itself. The password is sent to ZooKeeper as it is, so a
+secured cluster's ZooKeeper serves only its TLS client port (``zk_tls``, :mod:`metadata.tls`).
 """
 
 from __future__ import annotations

@@ -7,6 +7,10 @@ second that was a quarter of the process's CPU (profiled during ``spark-bookie b
 A ``select.poll`` object (one per descriptor set, reused) does the same job with a C call; unlike
 ``select.select`` it has no FD_SETSIZE limit, which is why kazoo moved away from ``select`` in the
 first place.
+
+On a TLS session a response can already sit decrypted in the SSL object while its socket has
+nothing left to read; kazoo checks for that inside one read but its main loop only selects, so
+:func:`poll_select` reports a socket with such bytes ``pending()`` readable at once.
 """
 
 from __future__ import annotations
@@ -30,6 +34,12 @@ _POLLERS_MAX = 8   # kazoo selects on at most three distinct descriptor sets per
 
 def _fd(obj: Any) -> int:
     return obj if isinstance(obj, int) else int(obj.fileno())
+
+
+def _pending(obj: Any) -> bool:
+    """Whether ``obj`` (an SSL socket) holds decrypted bytes not yet read."""
+    pending = getattr(obj, "pending", None)
+    return pending is not None and pending() > 0
 
 
 def _poller(rfds: tuple[int, ...], wfds: tuple[int, ...]) -> Any:
@@ -66,6 +76,9 @@ def poll_select(rlist: list[Any], wlist: list[Any], xlist: list[Any],
     ignored exactly as kazoo's own selector-based version ignores it), implemented with poll."""
     if timeout is not None and timeout < 0:
         raise ValueError("timeout must be non-negative")
+    decrypted = [o for o in rlist if _pending(o)]
+    if decrypted:   # TLS: read before waiting, or that response waits for the next bytes on the wire
+        return decrypted, [], []
     rfds = tuple(_fd(o) for o in rlist)
     wfds = tuple(_fd(o) for o in wlist)
     events = _poller(rfds, wfds).poll(None if timeout is None else timeout * 1000)

@@ -37,6 +37,7 @@ from metadata.errors import (
 from metadata.layout import ConnectInfo
 from metadata.nodes import MultiOpFailed, Nodes, NodeState, Op, Wake
 from metadata.session import SessionEvent, SessionWorker
+from metadata.tls import ZkTls
 from metadata.zk.acl import client_options, secured_acl, walk
 from metadata.zk.handler import PollingHandler
 
@@ -59,6 +60,17 @@ def translate(e: kz.ZookeeperError, path: str) -> MetadataError:
     return MetadataError(f"{path}: {e!r}")
 
 
+def _tls_options(zk_tls: ZkTls | None) -> dict[str, Any]:
+    """KazooClient keyword arguments for TLS: ZooKeeper's certificate is checked against the CA and
+    against the host name dialled; the files are loaded here first (ZkTlsError), since kazoo would
+    only retry a file it cannot load until the connect timeout."""
+    if zk_tls is None:
+        return {}
+    zk_tls.check()
+    return {"use_ssl": True, "ca": zk_tls.ca_path, "certfile": zk_tls.cert_path, "keyfile": zk_tls.key_path,
+            "verify_certs": True, "check_hostname": True}
+
+
 def _node_state(value: Any, stat: Any) -> NodeState:
     return bytes(value), int(stat.version), int(stat.ephemeralOwner) or None
 
@@ -75,8 +87,9 @@ class ZkNodes(Nodes):
     retry_s = 1.0
 
     def __init__(self, info: ConnectInfo, *, session_timeout_ms: int, op_timeout_ms: int | None,
-                 zk_auth: str | None) -> None:
+                 zk_auth: str | None, zk_tls: ZkTls | None = None) -> None:
         acl_options = client_options(zk_auth)   # checked before anything starts
+        tls_options = _tls_options(zk_tls)
         self.connect_info = info
         self._zk_auth = zk_auth
         self._op_timeout_s = (op_timeout_ms if op_timeout_ms is not None else session_timeout_ms) / 1000
@@ -91,6 +104,7 @@ class ZkNodes(Nodes):
             connection_retry=KazooRetry(max_tries=-1, delay=0.1, backoff=2, max_delay=2.0),
             handler=PollingHandler(),
             **acl_options,
+            **tls_options,
         )
         self._client.add_listener(self._on_state)
 

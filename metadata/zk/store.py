@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from metadata.layout import ZkLayout, parse_connect_string
 from metadata.store import MetadataStore
+from metadata.tls import ZkTls
 from metadata.zk.nodes import ZkNodes
 
 
@@ -14,7 +15,8 @@ class ZkMetadataStore(MetadataStore):
     ``op_timeout_ms`` (default: the session timeout) bounds every call, waiting for a connection
     included. Reads are retried on connection loss within that deadline; a write that loses its
     connection raises MetadataUnavailableError because its outcome is unknown. ``zk_auth``
-    (``user:password``) authenticates the session and puts a digest ACL on every node it creates.
+    (``user:password``) authenticates the session and puts a digest ACL on every node it creates;
+    ``zk_tls`` puts the session on TLS (ZooKeeper's secure client port).
     """
 
     nodes: ZkNodes
@@ -27,11 +29,12 @@ class ZkMetadataStore(MetadataStore):
         connect_timeout_ms: int = 15000,
         op_timeout_ms: int | None = None,
         zk_auth: str | None = None,
+        zk_tls: ZkTls | None = None,
     ) -> None:
         info = parse_connect_string(connect_string)
         self.connect_info = info
         super().__init__(ZkNodes(info, session_timeout_ms=session_timeout_ms, op_timeout_ms=op_timeout_ms,
-                                 zk_auth=zk_auth), ZkLayout(info.root))
+                                 zk_auth=zk_auth, zk_tls=zk_tls), ZkLayout(info.root))
         try:
             self.nodes.start(connect_timeout_ms)
         except BaseException:

@@ -94,3 +94,40 @@ def test_threads_poll_the_same_descriptors_at_once(pair):
     for t in threads:
         t.join()
     assert errors == []
+
+
+def test_decrypted_bytes_waiting_in_a_tls_socket_count_as_readable(tmp_path):
+    """Two responses in one TLS record: once the first is read the second sits decrypted in the SSL
+    object and the socket itself has nothing, so only ``pending()`` tells that it is readable
+    (without that, kazoo's loop waited for the next bytes on the wire, up to its ping interval)."""
+    import ssl
+    import threading
+
+    from spark_bookie.local.certs import CertificateAuthority
+
+    ca = CertificateAuthority()
+    server = ca.issue_files(tmp_path, "server", ("127.0.0.1",))
+    server_ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server_ctx.load_cert_chain(server.cert_path, server.key_path)
+    client_ctx = ssl.create_default_context(cadata=ca.cert_pem.decode())
+    a, b = socket.socketpair()
+    served = threading.Event()
+
+    def serve() -> None:
+        with server_ctx.wrap_socket(b, server_side=True) as tls:
+            tls.sendall(b"first" + b"second")   # one write, one record
+            served.wait(5)
+
+    thread = threading.Thread(target=serve)
+    thread.start()
+    try:
+        with client_ctx.wrap_socket(a, server_hostname="127.0.0.1") as tls:
+            assert poll_select([tls], [], [], 5.0)[0] == [tls]
+            assert tls.recv(5) == b"first"
+            assert tls.pending() == len(b"second")
+            assert poll_select([tls], [], [], 0.5)[0] == [tls]
+            assert tls.recv(6) == b"second"
+            assert poll_select([tls], [], [], 0.05)[0] == []
+    finally:
+        served.set()
+        thread.join()
