@@ -4,6 +4,10 @@ No separate ZooKeeper install is needed for a sandbox, tests or a single-machine
 4.3 carries ZooKeeper 3.9.5 (server classes included). It is bound to 127.0.0.1 only (never every
 interface, which the short ``port datadir`` form would do), logs warnings to a file in its data
 directory, and runs in its own process group so Ctrl-C on our terminal stops it through us, cleanly.
+
+With ``tls`` (a secured sandbox) it serves only ZooKeeper's secure client port, through Netty: no
+plain port at all, so neither the digest credentials nor any node's data can cross the network in
+clear, even from a client set up wrongly. Its readiness probe then speaks TLS too.
 """
 
 from __future__ import annotations
@@ -14,10 +18,12 @@ import random
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType, TracebackType
 from typing import IO
@@ -31,6 +37,7 @@ OUT_NAME = "zookeeper.out"  # the JVM's stdout/stderr (crashes, log4j's own comp
 CONFIG_NAME = "zoo.cfg"
 LOG_CONFIG_NAME = "log4j2.properties"
 _CLEAN_EXIT_CODES = (0, 143, -signal.SIGTERM)  # 143 = 128+SIGTERM, how the JVM reports it
+NETTY_FACTORY = "org.apache.zookeeper.server.NettyServerCnxnFactory"   # the only one that serves TLS
 
 
 class ZooKeeperError(StartupError):
@@ -133,14 +140,52 @@ def port_in_use(port: int, host: str = HOST) -> bool:
         return False
 
 
-def four_letter_word(port: int, command: str, timeout_s: float = 2.0, host: str = HOST) -> str:
-    """Send a ZooKeeper four-letter command (``ruok``, ``srvr``, ``mntr``...) and return the answer."""
-    with socket.create_connection((host, port), timeout=timeout_s) as s:
-        s.sendall(command.encode("ascii"))
-        s.shutdown(socket.SHUT_WR)
-        chunks = []
-        while chunk := s.recv(65536):
-            chunks.append(chunk)
+@dataclass(frozen=True)
+class ZooKeeperServerTls:
+    """TLS on the embedded ZooKeeper's client port. ``key_store``: one PEM file holding the server's
+    private key and certificate chain (ZooKeeper's PEM key store); ``trust_store``: the CA bundle of
+    client certificates. With a trust store ZooKeeper asks clients for a certificate but also serves
+    those without one (``ssl.clientAuth=want``): the digest credentials authenticate a session, TLS
+    keeps them and the data private."""
+
+    key_store: Path
+    trust_store: Path | None = None
+
+    def settings(self) -> dict[str, object]:
+        """zoo.cfg's TLS keys (ZooKeeper makes each a ``zookeeper.``-prefixed system property)."""
+        out: dict[str, object] = {"serverCnxnFactory": NETTY_FACTORY, "ssl.keyStore.location": self.key_store,
+                                  "ssl.keyStore.type": "PEM", "ssl.clientAuth": "none"}
+        if self.trust_store is not None:
+            out.update({"ssl.trustStore.location": self.trust_store, "ssl.trustStore.type": "PEM",
+                        "ssl.clientAuth": "want"})
+        return out
+
+
+def _probe_context() -> ssl.SSLContext:
+    """TLS for our own readiness probe of the process we started: nothing secret is sent, and the
+    certificate is the clients' to check."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    return context
+
+
+def four_letter_word(port: int, command: str, timeout_s: float = 2.0, host: str = HOST,
+                     tls: ssl.SSLContext | None = None) -> str:
+    """Send a ZooKeeper four-letter command (``ruok``, ``srvr``, ``mntr``...) and return the answer;
+    over TLS with ``tls`` (a secure client port answers them too)."""
+    with socket.create_connection((host, port), timeout=timeout_s) as raw:
+        s = raw if tls is None else tls.wrap_socket(raw, server_hostname=host)
+        try:
+            s.sendall(command.encode("ascii"))
+            if tls is None:
+                s.shutdown(socket.SHUT_WR)   # a TLS socket cannot half-close: the server closes after answering
+            chunks = []
+            while chunk := s.recv(65536):
+                chunks.append(chunk)
+        finally:
+            if s is not raw:
+                s.close()
     return b"".join(chunks).decode("utf-8", errors="replace")
 
 
@@ -160,13 +205,15 @@ class EmbeddedZooKeeper:
         max_session_timeout_ms: int = 20000,
         heap_mb: int = 256,
         host: str = HOST,
+        tls: ZooKeeperServerTls | None = None,
     ) -> None:
         """ZooKeeper ends a session at the first tick after its timeout ran out, so the tick is
         how late a dead bookie's session can end: with 1 s ticks a 2 s session lived up to 3 s.
         Half a second keeps that slack small; the shortest session stays 2 s
         (``min_session_timeout_ms``), as it was with 1 s ticks. ``host`` is the one address it binds:
         loopback by default; a multi-host harness gives the address its network namespaces reach
-        (spark_bookie.local.hosts)."""
+        (spark_bookie.local.hosts). ``tls``: serve the secure client port only (its port is
+        ``port``)."""
         if not 0 < port < 65536:
             raise ValueError(f"bad ZooKeeper port {port}")
         if min_session_timeout_ms < 2 * tick_time_ms:
@@ -179,6 +226,7 @@ class EmbeddedZooKeeper:
         self.min_session_timeout_ms = min_session_timeout_ms
         self.max_session_timeout_ms = max_session_timeout_ms
         self.heap_mb = heap_mb
+        self.tls = tls
         self._proc: subprocess.Popen[bytes] | None = None
         self._out: IO[bytes] | None = None
         self._log_offsets: dict[Path, int] = {}  # where this run's output starts in each log
@@ -205,11 +253,13 @@ class EmbeddedZooKeeper:
 
     # -- files ------------------------------------------------------------------------------
     def _write_config(self) -> Path:
+        ports: dict[str, object] = {"clientPort": self.port, "clientPortAddress": self.host}
+        if self.tls is not None:   # the secure port alone: no clientPort key, so no plain port is served
+            ports = {"secureClientPort": self.port, "secureClientPortAddress": self.host, **self.tls.settings()}
         config = {
             "tickTime": self.tick_time_ms,
             "dataDir": self.data_dir,
-            "clientPort": self.port,
-            "clientPortAddress": self.host,
+            **ports,
             "admin.enableServer": "false",
             "4lw.commands.whitelist": "*",
             "minSessionTimeout": self.min_session_timeout_ms,
@@ -251,6 +301,7 @@ class EmbeddedZooKeeper:
             "-XX:TieredStopAtLevel=1",
             f"-Dlog4j2.configurationFile={log_config}",
             "-Dzookeeper.jmx.log4j.disable=true",
+            *([f"-Dzookeeper.serverCnxnFactory={NETTY_FACTORY}"] if self.tls is not None else []),
             "-cp",
             f"{jars}/*",
             MAIN_CLASS,
@@ -311,13 +362,14 @@ class EmbeddedZooKeeper:
         ``imok`` alone comes too early: the server answers it before its database is loaded.
         """
         deadline = time.monotonic() + timeout_s
+        tls = _probe_context() if self.tls is not None else None
         while time.monotonic() < deadline:
             proc = self._proc
             if proc is None or proc.poll() is not None:
                 self._raise_exited(None if proc is None else proc.returncode)
             try:
-                if four_letter_word(self.port, "ruok", 1.0, self.host) == "imok" and "Mode:" in four_letter_word(
-                    self.port, "srvr", 1.0, self.host
+                if four_letter_word(self.port, "ruok", 1.0, self.host, tls) == "imok" and "Mode:" in four_letter_word(
+                    self.port, "srvr", 1.0, self.host, tls
                 ):
                     return
             except OSError:
