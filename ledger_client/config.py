@@ -7,6 +7,8 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from metadata.tls import ZkTls, ZkTlsError
+
 from .errors import IncorrectParameterError
 
 
@@ -41,6 +43,7 @@ class ClientConfig:
     tls_ca_path: str | None = None            # PEM CA bundle the bookies' certificates must chain to: TLS on
     tls_cert_path: str | None = None          # this client's certificate (mTLS), with tls_key_path
     tls_key_path: str | None = None
+    zk_tls: bool = False                      # ZooKeeper over TLS too (its secure port), checked against tls_ca_path
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -60,11 +63,32 @@ class ClientConfig:
             raise IncorrectParameterError("tls_cert_path and tls_key_path go together (a client certificate, its key)")
         if self.tls_cert_path is not None and self.tls_ca_path is None:
             raise IncorrectParameterError("a client certificate (tls_cert_path) needs tls_ca_path (TLS)")
+        self._check_zk_tls()
         if not isinstance(self.delay_ensemble_change, bool):
             raise IncorrectParameterError("delay_ensemble_change must be true or false")
         for key in ("bookie_add_transport", "bookie_read_transport"):
             if getattr(self, key) not in ("tcp", "grpc"):
                 raise IncorrectParameterError(f"{key} must be 'tcp' or 'grpc', not {getattr(self, key)!r}")
+
+    def _check_zk_tls(self) -> None:
+        if not isinstance(self.zk_tls, bool):
+            raise IncorrectParameterError("zk_tls must be true or false")
+        if self.zk_tls and self.tls_ca_path is None:
+            raise IncorrectParameterError("zk_tls needs tls_ca_path (the CA ZooKeeper's certificate chains to)")
+        try:   # the files now, not as a connect timeout later (kazoo retries a file it cannot load)
+            tls = self.zookeeper_tls()
+            if tls is not None:
+                tls.check()
+        except ZkTlsError as e:
+            raise IncorrectParameterError(f"zk_tls: {e}") from e
+
+    def zookeeper_tls(self) -> ZkTls | None:
+        """The TLS of this client's ZooKeeper session (``zk_tls``), or None: one cluster CA, so the
+        bookies' (``tls_ca_path``) checks ZooKeeper's certificate, and the client certificate, if
+        any, is shown to ZooKeeper too."""
+        if not self.zk_tls:
+            return None
+        return ZkTls(self.tls_ca_path or "", self.tls_cert_path, self.tls_key_path)
 
     @classmethod
     def from_toml(cls, path: str | Path, **overrides: Any) -> ClientConfig:

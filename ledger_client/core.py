@@ -72,7 +72,7 @@ class LedgerCore:
             with metadata_errors(f"connect to {zk}"):
                 metadata_store = connect_metadata(zk, session_timeout_ms=self.config.zk_session_timeout_ms,
                                                   connect_timeout_ms=self.config.zk_connect_timeout_ms,
-                                                  zk_auth=self.config.zk_auth)
+                                                  zk_auth=self.config.zk_auth, zk_tls=self.config.zookeeper_tls())
         self.store: MetadataStore = metadata_store
         with metadata_errors("watch bookies"):
             self.registry = BookieRegistry(self.store)
