@@ -132,7 +132,8 @@ class AutoRecovery:
             try:
                 store = connect_metadata(self.zk_connect, session_timeout_ms=cfg.zk_session_timeout_ms,
                                          connect_timeout_ms=cfg.zk_connect_timeout_ms,
-                                         zk_auth=self.client_config.zk_auth)
+                                         zk_auth=self.client_config.zk_auth,
+                                         zk_tls=self.client_config.zookeeper_tls())
             except MetadataError as e:
                 log.warning("autorecovery: cannot reach ZooKeeper at %s yet: %s", self.zk_connect, e)
                 self._stopped.wait(CONNECT_RETRY_S)

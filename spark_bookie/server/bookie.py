@@ -178,7 +178,8 @@ class Bookie:
                 self._metadata = connect_metadata(self.config.zk_connect,
                                                   session_timeout_ms=self.config.zk_session_timeout_ms,
                                                   connect_timeout_ms=self.config.zk_connect_timeout_ms,
-                                                  zk_auth=self.config.zk_auth or None)
+                                                  zk_auth=self.config.zk_auth or None,
+                                                  zk_tls=self.config.zookeeper_tls())
             except MetadataError as e:
                 raise StartupError(f"cannot reach ZooKeeper at {self.config.zk_connect}: {e}") from e
         try:

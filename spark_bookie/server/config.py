@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import dataclasses
 import tomllib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from metadata.tls import ZkTls, ZkTlsError
 from spark_bookie.errors import ConfigError
 
 COMPRESSION_CHOICES = ("none", "lz4")
@@ -77,6 +79,10 @@ class BookieConfig:
     metrics_enabled: bool = True                # count adds, reads, journal groups, GC (server/metrics.py)
     # ---- security (docs/security.md; all off by default)
     zk_auth: str = ""                           # "user:password": ZooKeeper digest credentials (secured clusters)
+    zk_tls: bool = False                        # ZooKeeper over TLS (its secure client port only)
+    zk_tls_ca_path: str = ""                    # PEM CA bundle ZooKeeper's certificate must chain to
+    zk_tls_cert_path: str = ""                  # a client certificate for ZooKeeper (optional), with its key:
+    zk_tls_key_path: str = ""
     auth_enabled: bool = False                  # every client must present a valid token (server/auth.py)
     auth_token_secret_path: str = ""            # HS256: file holding the shared secret
     auth_token_public_key_path: str = ""        # RS256: PEM public key (the bookie cannot mint tokens then)
@@ -92,6 +98,10 @@ class BookieConfig:
     @property
     def bookie_id(self) -> str:
         return f"{self.advertised_host or self.host}:{self.port}"
+
+    def zookeeper_tls(self) -> ZkTls | None:
+        """The TLS of this bookie's ZooKeeper session (``zk_tls``), or None."""
+        return zk_tls_from(vars(self))
 
     def validate(self) -> BookieConfig:
         problems: list[str] = []
@@ -137,7 +147,33 @@ class BookieConfig:
             problems.append("tls_enabled needs tls_certificate_path and tls_key_path")
         if self.tls_enabled and self.tls_client_authentication and not self.tls_trust_store_path:
             problems.append("tls_client_authentication needs tls_trust_store_path (the CA of client certificates)")
-        return problems
+        return problems + self._zk_tls_problems()
+
+    def _zk_tls_problems(self) -> list[str]:
+        if not isinstance(self.zk_tls, bool):
+            return ["zk_tls must be true or false"]
+        if self.zk_tls and not self.zk_tls_ca_path:
+            return ["zk_tls needs zk_tls_ca_path (the CA ZooKeeper's certificate chains to)"]
+        try:   # the files now: kazoo would retry a file it cannot load until the connect timeout
+            tls = self.zookeeper_tls()
+            if tls is not None:
+                tls.check()
+        except ZkTlsError as e:
+            return [f"zk_tls: {e}"]
+        if self.zk_tls and (self.autorecovery_enabled or self.http_port) and not self.client_conf:
+            return ["zk_tls with autorecovery_enabled or http_port needs client_conf (a client TOML with "
+                    "zk_tls = true): their ledger clients open ZooKeeper sessions of their own"]
+        return []
+
+
+def zk_tls_from(settings: Mapping[str, Any]) -> ZkTls | None:
+    """The ZooKeeper TLS that bookie settings (``zk_tls``, ``zk_tls_ca_path``, ``zk_tls_cert_path``,
+    ``zk_tls_key_path``) describe, or None when ``zk_tls`` is off; the Spark-hosted cluster's driver
+    and slots read their sessions' from the same settings."""
+    if not settings.get("zk_tls"):
+        return None
+    return ZkTls(str(settings.get("zk_tls_ca_path") or ""), settings.get("zk_tls_cert_path") or None,
+                 settings.get("zk_tls_key_path") or None)
 
 
 def _coerce(name: str, value: Any) -> Any:

@@ -161,3 +161,36 @@ def test_a_connection_presents_its_token_again_only_when_it_changed():
         raise IncorrectParameterError("cannot read auth_token_file")
 
     assert PresentedToken(unreadable).rotated() is None
+
+
+def test_zookeeper_tls_keys_are_checked_at_load(tmp_path: Path):
+    """zk_tls with a CA that is missing or not PEM is refused when the configuration is read (a
+    typed error naming the file), not later as a ZooKeeper connect timeout."""
+    from spark_bookie.local.certs import CertificateAuthority
+
+    ca = CertificateAuthority().write_cert(tmp_path / "ca.pem")
+    not_pem = tmp_path / "not.pem"
+    not_pem.write_text("not a certificate")
+    missing = tmp_path / "missing.pem"
+    for path in (missing, not_pem):
+        with pytest.raises(IncorrectParameterError, match=str(path)):
+            ClientConfig(zk_tls=True, tls_ca_path=str(path))
+    with pytest.raises(IncorrectParameterError, match="tls_ca_path"):
+        ClientConfig(zk_tls=True)
+    assert ClientConfig().zookeeper_tls() is None
+    assert ClientConfig(zk_tls=True, tls_ca_path=str(ca)).zookeeper_tls().ca_path == str(ca)
+    conf = tmp_path / "client.toml"
+    conf.write_text(f'[client]\nzk_tls = true\ntls_ca_path = "{missing}"\n')
+    with pytest.raises(IncorrectParameterError, match="cannot load the ZooKeeper TLS CA"):
+        ClientConfig.from_toml(conf)
+
+    base = {"journal_dirs": [str(tmp_path / "j")], "ledger_dirs": [str(tmp_path / "l")]}
+    for bad, fragment in (({"zk_tls": True}, "zk_tls_ca_path"),
+                          ({"zk_tls": True, "zk_tls_ca_path": str(missing)}, str(missing)),
+                          ({"zk_tls": True, "zk_tls_ca_path": str(ca), "zk_tls_cert_path": str(ca)}, "its key"),
+                          ({"zk_tls": True, "zk_tls_ca_path": str(ca), "autorecovery_enabled": True},
+                           "client_conf")):
+        with pytest.raises(ConfigError, match=fragment):
+            load_config(None, **base, **bad)
+    assert load_config(None, **base, zk_tls=True, zk_tls_ca_path=str(ca)).zookeeper_tls().ca_path == str(ca)
+    assert load_config(None, **base).zookeeper_tls() is None
