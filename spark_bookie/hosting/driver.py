@@ -94,7 +94,7 @@ class BookieClusterApp:
     def run(self) -> int:
         self._store = connect_metadata(self.cfg.hosting.zk_connect,
                                        session_timeout_ms=self.cfg.hosting.zk_session_timeout_ms,
-                                       zk_auth=self.cfg.hosting.zk_auth())
+                                       zk_auth=self.cfg.hosting.zk_auth(), zk_tls=self.cfg.hosting.zk_tls())
         try:
             self._store.cluster.init_cluster()
             self._claim_name()

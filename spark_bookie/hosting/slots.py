@@ -53,7 +53,7 @@ from pathlib import Path
 from typing import IO, Any, Protocol
 
 from ledger_client.protocol.checks import invariant
-from metadata import MetadataError, MetadataStore
+from metadata import MetadataError, MetadataStore, ZkTls
 from metadata import connect as connect_metadata
 from spark_bookie.errors import SlotBusyError
 
@@ -109,6 +109,12 @@ class HostingConfig:
     def zk_auth(self) -> str | None:
         """The ZooKeeper credentials of a secured cluster (the bookie settings' zk_auth), or None."""
         return dict(self.bookie_settings).get("zk_auth") or None
+
+    def zk_tls(self) -> ZkTls | None:
+        """The TLS to ZooKeeper of a cluster whose bookie settings turn zk_tls on, or None."""
+        from spark_bookie.server.config import zk_tls_from
+
+        return zk_tls_from(dict(self.bookie_settings))
 
     def client_config(self) -> Any:
         """The ClientConfig of the job's own clients (replication workers, the auditor) on a secured
@@ -530,7 +536,8 @@ def run_slot(cfg: HostingConfig, slot: int, _rows: Iterable[Any]) -> Iterator[st
         task_attempt_id=_task_attempt_id(), started_ms=int(time.time() * 1000))
     log.info("slot %d: task %s on executor %s (pid %s) will run bookie %s", slot, status.task_attempt_id,
              info.executor_id, info.pid, status.bookie_id)
-    store = connect_metadata(cfg.zk_connect, session_timeout_ms=cfg.zk_session_timeout_ms, zk_auth=cfg.zk_auth())
+    store = connect_metadata(cfg.zk_connect, session_timeout_ms=cfg.zk_session_timeout_ms, zk_auth=cfg.zk_auth(),
+                             zk_tls=cfg.zk_tls())
     try:
         runner = SlotRunner(cfg, slot, store, cfg.slot_dir(slot), status)
         # The slot's status node is the holder's: nothing is written before the lock is ours, so a
