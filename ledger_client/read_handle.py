@@ -414,6 +414,7 @@ class ReadHandle:
         replicas = self._replicas(first, md.ensembles[max(md.ensembles)])
         start = self.next_rotation()
         deadline = time.monotonic() + timeout_ms / 1000 + cfg.read_timeout_ms / 1000
+        refusals: list[str] = []
         for k in range(len(replicas)):
             b = replicas[(start + k) % len(replicas)]
             try:
@@ -422,6 +423,8 @@ class ReadHandle:
                 resp = fut.result(timeout=max(0.001, deadline - time.monotonic()))
             except (errors.LedgerError, grpc.RpcError, TimeoutError, grpc.FutureTimeoutError):
                 continue
+            if resp.status == pb.EUA:
+                refusals.append(f"{b}: {resp.detail}")
             if resp.status != pb.EOK:
                 continue
             self._advance_lac(resp.lac)
@@ -429,6 +432,9 @@ class ReadHandle:
                 return [self.decode(first + i, b) for i, b in enumerate(resp.bodies)]
             except errors.DigestMismatchError:
                 continue
+        if refusals and len(refusals) == len(replicas):   # a grant revoked: no bookie will serve us
+            raise errors.UnauthorizedAccessError(f"ledger {self.ledger_id}: every bookie refused the poll "
+                                                 f"({refusals[0]})")
         return []
 
     def _await_poll(self, polls: list[grpc.Future], entry_id: int, deadline: float) -> LedgerEntry | None:

@@ -214,7 +214,8 @@ class StreamReader:
             except errors.LedgerError as e:
                 failures += 1
                 log.warning("%r: read failed (%d in a row): %s", self, failures, e)
-                if failures >= ERRORS_MAX or isinstance(e, errors.NoSuchStreamError | errors.CorruptRecordSetError):
+                if failures >= ERRORS_MAX or isinstance(e, errors.NoSuchStreamError | errors.CorruptRecordSetError
+                                                                | errors.UnauthorizedAccessError):
                     self._put(e)
                     return
                 self._stop.wait(min(1.0, 0.05 * 2 ** failures))

@@ -128,7 +128,8 @@ class AddConnection:
             self._send_answers()
             return
         try:
-            self._p.process_adds(batch, self._reply, self._send_answers)
+            self._p.process_adds(batch, self._reply, self._send_answers,
+                                 caller=None if self._access is None else self._access.caller)
         except Exception as e:  # a bug must not kill the bookie: answer EIO, as the gRPC path does
             log.exception("add batch from %s failed", self._peer)
             self._reply([], [f for g in add_groups(batch)

@@ -129,7 +129,7 @@ class BatchAnswer:
     """One batch's answers: collected while it is applied, sent once its journal records are
     durable (or failed). `flush` (see process_adds) sends what `reply` collected."""
 
-    __slots__ = ("groups", "reply", "flush", "loop", "failures", "records", "ok_ids")
+    __slots__ = ("groups", "reply", "flush", "loop", "failures", "records", "ok_ids", "refused")
 
     def __init__(self, groups: list[AddGroup], reply: Reply, flush: Callable[[], None] | None,
                  loop: asyncio.AbstractEventLoop) -> None:
@@ -137,6 +137,7 @@ class BatchAnswer:
         self.failures: list[pb.AddResponse] = []
         self.records: list[JournalRecord] = []
         self.ok_ids: list[int] = []
+        self.refused: dict[int, str] = {}  # ledger id -> why the caller may not add to it (tenants)
 
     def finish(self, exc: BaseException | None) -> Callable[[], None] | None:
         """The journal's callback: every accepted add is durable, or (exc) none is."""

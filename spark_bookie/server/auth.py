@@ -27,10 +27,11 @@ import grpc
 import jwt
 
 from ledger_client.protocol.auth_keys import BEARER, ROLE_KEY, TOKEN_KEY
+from metadata.tenancy import Caller
 from spark_bookie.errors import ConfigError, UnauthorizedError
 
 log = logging.getLogger(__name__)
-ROLES = ("client", "admin")
+ROLES = ("client", "admin", "service")   # service: the cluster's own processes (DESIGN §4.9)
 ALGORITHMS = ("HS256", "RS256")
 CACHE_ENTRIES_MAX = 4096
 
@@ -46,6 +47,11 @@ class Principal:
     @property
     def is_admin(self) -> bool:
         return self.role == "admin"
+
+    @property
+    def caller(self) -> Caller:
+        """Who asks, as the tenant checks see it (metadata.tenancy)."""
+        return Caller(self.subject, self.role)
 
 
 class AuthError(UnauthorizedError):
@@ -136,6 +142,7 @@ class ConnectionAccess:
         self._refusal: str | None = None
         self._until_s = 0.0
         self._subject = ""
+        self.caller: Caller | None = None   # who the token names, once one was accepted
         self.renew(token)
 
     def renew(self, token: str | None) -> None:
@@ -147,6 +154,7 @@ class ConnectionAccess:
             return
         self._refusal = None
         self._subject = principal.subject
+        self.caller = principal.caller
         self._until_s = principal.expires_at_s + self._verifier.leeway_s
 
     def refusal(self, token: str = "") -> str | None:

@@ -28,6 +28,7 @@ from ledger_client.protocol import bookkeeper_pb2_grpc as pb_grpc
 from metadata import MetadataError, MetadataStore
 from metadata import connect as connect_metadata
 from spark_bookie.errors import ConfigError, StartupError
+from spark_bookie.server.access_gate import AccessGate
 from spark_bookie.server.auth import TokenInterceptor, TokenVerifier
 from spark_bookie.server.checkpoint import Checkpointer
 from spark_bookie.server.config import BookieConfig
@@ -230,9 +231,11 @@ class Bookie:
             try:
                 server = grpc.aio.server(options=grpc_options(self.config.grpc_message_bytes_max),
                                          interceptors=interceptors)
+                gate = AccessGate(self.metadata) if verifier is not None and self.config.tenant_checks_enabled \
+                    else None
                 processor = RequestProcessor(self.config, self.storage, self.journal, loop,
                                              self._executor, lambda: self._disk.read_only,
-                                             self._disk.has_room, self.metrics)
+                                             self._disk.has_room, self.metrics, gate)
                 pb_grpc.add_BookieServicer_to_server(BookieServicer(
                     processor, self.bookie_id, list(self.ledger_dirs),
                     self.config.in_flight_adds_per_stream_max, lambda: self._disk.read_only,

@@ -87,6 +87,7 @@ class BookieConfig:
     auth_token_secret_path: str = ""            # HS256: file holding the shared secret
     auth_token_public_key_path: str = ""        # RS256: PEM public key (the bookie cannot mint tokens then)
     auth_token_leeway_ms: int = 0               # clock skew allowed on a token's expiry
+    tenant_checks_enabled: bool = True          # with auth: every add/read/fence checked against namespace grants
     tls_enabled: bool = False                   # TLS on the gRPC, TCP and HTTP ports (server/tls.py)
     tls_certificate_path: str = ""              # PEM certificate chain of this bookie (tlsCertificatePath)
     tls_key_path: str = ""                      # its PEM private key (tlsKeyStore)

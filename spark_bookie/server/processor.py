@@ -29,6 +29,7 @@ from typing import TypeVar
 
 from ledger_client.protocol import bookkeeper_pb2 as pb
 from ledger_client.protocol.framing import FramingError, parse_header
+from metadata.tenancy import CONSUME, PRODUCE, Caller
 from spark_bookie.errors import (
     BadRequestError,
     BookieError,
@@ -39,6 +40,7 @@ from spark_bookie.errors import (
     TooManyRequestsError,
     UnauthorizedError,
 )
+from spark_bookie.server.access_gate import AccessGate
 from spark_bookie.server.adds import (
     AddGroup,
     BatchAnswer,
@@ -64,11 +66,13 @@ class RequestProcessor:
     def __init__(self, config: BookieConfig, storage: LedgerStorage, journal: Journal,
                  loop: asyncio.AbstractEventLoop, executor: Executor,
                  read_only: Callable[[], bool], has_room: Callable[[int], bool] = lambda _n: True,
-                 metrics: BookieMetrics | None = None) -> None:
+                 metrics: BookieMetrics | None = None, gate: AccessGate | None = None) -> None:
         """``has_room(nbytes)``: whether adds of that many bytes still fit on the ledger disk
         (DiskMonitor.has_room: their flush must leave the reserves free). ``metrics``: counted
-        once per add batch and per read request; None = not counted at all."""
+        once per add batch and per read request; None = not counted at all. ``gate``: who may
+        touch which ledger (tenants, DESIGN §4.9); None = anyone the token checks let in."""
         self._metrics = metrics
+        self.gate = gate
         self._cfg = config
         self._has_room = has_room
         self._storage = storage
@@ -116,10 +120,48 @@ class RequestProcessor:
 
     # ------------------------------------------------------------------ adds
 
+    # ------------------------------------------------------------------ tenants
+
+    def add_refusals(self, groups: Sequence[AddGroup], caller: Caller | None) -> dict[int, str]:
+        """Why each refused ledger of an add batch is refused (may read ZooKeeper on a cache miss:
+        on the event loop, warm the gate with :meth:`check_async` first)."""
+        if caller is None or self.gate is None:
+            return {}
+        refused = {}
+        for lid in {g.ledger_id for g in groups}:
+            why = self.gate.refusal(caller, lid, PRODUCE)
+            if why is not None:
+                refused[lid] = why
+        return refused
+
+    async def warm_add_checks(self, batch: pb.AddBatch, caller: Caller | None) -> None:
+        """Decide, off the event loop, what process_adds will ask the gate about this batch, so
+        that process_adds (which runs on the loop for gRPC) finds every decision cached."""
+        if caller is None or self.gate is None:
+            return
+        for lid in {a.ledger_id for a in batch.adds} | {g.ledger_id for g in batch.ledger_adds}:
+            await self.gate.refusal_async(caller, lid, PRODUCE, self._executor)
+
+    async def check_async(self, caller: Caller | None, ledger_id: int, action: str) -> None:
+        """UnauthorizedError unless ``caller`` may ``action`` the ledger. A role that may produce
+        may also read a ledger fenced on this bookie: the reads of the recovery that fenced it,
+        which a writer taking over a stream makes."""
+        if caller is None or self.gate is None:
+            return
+        why = await self.gate.refusal_async(caller, ledger_id, action, self._executor)
+        if why is not None and action == CONSUME and self._storage.is_fenced(ledger_id):
+            if await self.gate.refusal_async(caller, ledger_id, PRODUCE, self._executor) is None:
+                return
+        if why is not None:
+            raise UnauthorizedError(why)
+
     def _accept_group(self, g: AddGroup, answer: BatchAnswer) -> int:
         """Validate and apply one ledger's adds of a batch (one key check and one storage lock for
         the lot); returns the highest piggybacked LAC among the accepted ones (-2: none)."""
         try:
+            why = answer.refused.get(g.ledger_id)
+            if why is not None:
+                raise UnauthorizedError(why)
             check_group_shape(g)
             self._check_key(g.ledger_id, g.master_key, answer.records)
             if g.flag != pb.RECOVERY_ADD and self._storage.is_fenced(g.ledger_id):
@@ -133,7 +175,8 @@ class RequestProcessor:
             self._storage.add_entries(g.ledger_id, entries)
         return top_lac
 
-    def process_adds(self, batch: pb.AddBatch, reply: Reply, flush: Callable[[], None] | None = None) -> None:
+    def process_adds(self, batch: pb.AddBatch, reply: Reply, flush: Callable[[], None] | None = None,
+                     caller: Caller | None = None) -> None:
         """Apply a batch; `reply(ok_request_ids, failures)` runs once all accepted adds are durable.
 
         Callable from any thread. Without `flush`, `reply` runs on the event loop. With it,
@@ -144,13 +187,15 @@ class RequestProcessor:
         1,000 adds/s. With it, too, the caller's thread writes and syncs a small group itself
         when the journal is idle (Journal.commit_here), so `reply` and `flush` may run before
         this returns. An error while applying (a failed inline storage flush) propagates as
-        before: the caller answers the whole batch EIO.
+        before: the caller answers the whole batch EIO. ``caller``: who sent it (None: no token
+        checks); its ledgers outside the caller's grants are answered EUA.
         """
         groups = add_groups(batch)
         nbytes = sum(sum(map(len, g.bodies)) for g in groups)
         if self._metrics is not None:
             reply = _metered(reply, self._metrics, time.perf_counter(), nbytes)
         answer = BatchAnswer(groups, reply, flush, self._loop)
+        answer.refused = self.add_refusals(groups, caller)
         if self._read_only() or not self._has_room(nbytes):
             answer.answer_now([f for g in groups for f in group_failures(
                 g, pb.EREADONLY, "bookie is read-only (disk usage above threshold, or its reserves reached)")])
@@ -191,7 +236,8 @@ class RequestProcessor:
 
     # ------------------------------------------------------------------ fencing and LAC
 
-    async def fence(self, ledger_id: int, key: bytes) -> None:
+    async def fence(self, ledger_id: int, key: bytes, caller: Caller | None = None) -> None:
+        await self.check_async(caller, ledger_id, PRODUCE)
         records: list[JournalRecord] = []
         with self._apply_lock:
             self._check_key(ledger_id, key, records)
@@ -202,9 +248,10 @@ class RequestProcessor:
             durable = self._journal_async(records)
         await durable
 
-    async def write_lac(self, req: pb.WriteLacRequest) -> None:
+    async def write_lac(self, req: pb.WriteLacRequest, caller: Caller | None = None) -> None:
         if req.ledger_id < 0 or req.lac < -1:
             raise BadRequestError("ledger id must be >= 0 and lac >= -1")
+        await self.check_async(caller, req.ledger_id, PRODUCE)
         if self._read_only():
             raise ReadOnlyError("bookie is read-only (disk usage above threshold)")
         records: list[JournalRecord] = []
@@ -227,27 +274,31 @@ class RequestProcessor:
         finally:
             self._reads_in_flight -= 1
 
-    async def read(self, req: pb.ReadRequest) -> pb.ReadResponse:
+    async def read(self, req: pb.ReadRequest, caller: Caller | None = None) -> pb.ReadResponse:
         m = self._metrics
         if m is None:
-            return await self._read(req)
+            return await self._read(req, caller)
         started = time.perf_counter()
         try:
-            resp = await self._read(req)
+            resp = await self._read(req, caller)
         except BaseException:
             m.read_done(started, 0, 0, False)
             raise
         m.read_done(started, 1 if resp.body else 0, len(resp.body), True)
         return resp
 
-    async def _read(self, req: pb.ReadRequest) -> pb.ReadResponse:
+    async def _read(self, req: pb.ReadRequest, caller: Caller | None) -> pb.ReadResponse:
         lid, eid = req.ledger_id, req.entry_id
         if lid < 0 or eid < -1:
             raise BadRequestError(f"bad ids {lid}/{eid}: ledger >= 0, entry >= -1")
         if req.flag == pb.FENCE_LEDGER:
-            await self.fence(lid, req.master_key)
+            await self.fence(lid, req.master_key, caller)
+        else:
+            await self.check_async(caller, lid, CONSUME)
         if req.has_previous_lac:
-            return await self._long_poll(req)
+            resp = await self._long_poll(req)
+            await self.check_async(caller, lid, CONSUME)   # a grant revoked during the poll
+            return resp
         if not self._storage.ledger_exists(lid):
             raise NoLedgerError(f"no ledger {lid} on this bookie")
         body = await self._in_executor(self._storage.get_entry, lid, eid)
@@ -270,24 +321,25 @@ class RequestProcessor:
                 pass  # the LAC alone still answers the poll
         return resp
 
-    async def read_range(self, req: pb.ReadRangeRequest) -> pb.ReadRangeResponse:
+    async def read_range(self, req: pb.ReadRangeRequest, caller: Caller | None = None) -> pb.ReadRangeResponse:
         m = self._metrics
         if m is None:
-            return await self._read_range(req)
+            return await self._read_range(req, caller)
         started = time.perf_counter()
         try:
-            resp = await self._read_range(req)
+            resp = await self._read_range(req, caller)
         except BaseException:
             m.read_done(started, 0, 0, False)
             raise
         m.read_done(started, len(resp.bodies), sum(map(len, resp.bodies)), True)
         return resp
 
-    async def _read_range(self, req: pb.ReadRangeRequest) -> pb.ReadRangeResponse:
+    async def _read_range(self, req: pb.ReadRangeRequest, caller: Caller | None) -> pb.ReadRangeResponse:
         lid, first, last = req.ledger_id, req.first_entry_id, req.last_entry_id
         ids = _listed_ids(lid, req.entry_ids) if req.entry_ids else None  # listed: the range is not used
         if lid < 0 or (ids is None and (first < 0 or last < first)):
             raise BadRequestError(f"bad range {lid}/[{first}, {last}]")
+        await self.check_async(caller, lid, CONSUME)
         if not self._storage.ledger_exists(lid):
             raise NoLedgerError(f"no ledger {lid} on this bookie")
         limit = self._cfg.read_range_bytes_max
@@ -297,7 +349,9 @@ class RequestProcessor:
             return pb.ReadRangeResponse(status=pb.EOK, ledger_id=lid, first_entry_id=found[0], bodies=bodies,
                                         entry_ids=found)
         if req.wait_for_lac:
-            return await self._range_long_poll(req, max_bytes)
+            resp = await self._range_long_poll(req, max_bytes)
+            await self.check_async(caller, lid, CONSUME)   # a grant revoked during the poll
+            return resp
         bodies = await self._in_executor(self._storage.get_range, lid, first, last, max_bytes)
         return pb.ReadRangeResponse(status=pb.EOK, ledger_id=lid, first_entry_id=first, bodies=bodies)
 
@@ -317,8 +371,9 @@ class RequestProcessor:
             resp.bodies.extend(bodies)
         return resp
 
-    async def read_lac(self, req: pb.ReadLacRequest) -> pb.ReadLacResponse:
+    async def read_lac(self, req: pb.ReadLacRequest, caller: Caller | None = None) -> pb.ReadLacResponse:
         lid = req.ledger_id
+        await self.check_async(caller, lid, CONSUME)
         if not self._storage.ledger_exists(lid):
             raise NoLedgerError(f"no ledger {lid} on this bookie")
         resp = pb.ReadLacResponse(status=pb.EOK, ledger_id=lid)

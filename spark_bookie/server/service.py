@@ -17,6 +17,7 @@ import grpc
 
 from ledger_client.protocol import bookkeeper_pb2 as pb
 from ledger_client.protocol import bookkeeper_pb2_grpc as pb_grpc
+from metadata.tenancy import Caller
 from spark_bookie.errors import BookieError
 from spark_bookie.server.adds import add_groups, batch_size, group_failures
 from spark_bookie.server.auth import ConnectionAccess, TokenVerifier, call_credentials
@@ -37,10 +38,11 @@ async def _guard(make: Callable[[], Awaitable[R]], error: Callable[[pb.StatusCod
         return error(pb.EIO, f"internal error: {type(e).__name__}: {e}")
 
 
-async def answer_read_range(p: RequestProcessor, request: pb.ReadRangeRequest) -> pb.ReadRangeResponse:
+async def answer_read_range(p: RequestProcessor, request: pb.ReadRangeRequest,
+                            caller: Caller | None = None) -> pb.ReadRangeResponse:
     """A range or listed read's answer, refusals included (gRPC's ReadRange and the TCP read
     connection answer alike)."""
-    return await _guard(lambda: p.read_range(request), lambda s, d: pb.ReadRangeResponse(
+    return await _guard(lambda: p.read_range(request, caller), lambda s, d: pb.ReadRangeResponse(
         status=s, ledger_id=request.ledger_id, first_entry_id=request.first_entry_id, detail=d))
 
 
@@ -77,6 +79,8 @@ class BookieServicer(pb_grpc.BookieServicer):
                     if why is not None:
                         out.put_nowait(([], [f for g in add_groups(batch) for f in group_failures(g, pb.EUA, why)]))
                         continue
+                    caller = None if access is None else access.caller
+                    await self._p.warm_add_checks(batch, caller)
                     n = batch_size(batch)
                     if state["in_flight"] + n > self._in_flight_max:
                         detail = f"more than {self._in_flight_max} adds in flight on this stream"
@@ -84,7 +88,7 @@ class BookieServicer(pb_grpc.BookieServicer):
                                              for f in group_failures(g, pb.ETOOMANYREQUESTS, detail)]))
                         continue
                     state["in_flight"] += n
-                    self._p.process_adds(batch, reply)
+                    self._p.process_adds(batch, reply, caller=caller)
             except (asyncio.CancelledError, grpc.RpcError):
                 pass
             finally:
@@ -118,20 +122,26 @@ class BookieServicer(pb_grpc.BookieServicer):
             return None
         return ConnectionAccess(self._verifier, call_credentials(context.invocation_metadata())[0])
 
+    def _caller(self, context: Any) -> Caller | None:
+        """Who a unary call comes from (the interceptor verified its token; None: no token checks)."""
+        if self._verifier is None:
+            return None
+        return self._verifier.verify(call_credentials(context.invocation_metadata())[0]).caller
+
     async def Read(self, request: pb.ReadRequest, context: Any) -> pb.ReadResponse:  # noqa: N802
-        return await _guard(lambda: self._p.read(request), lambda s, d: pb.ReadResponse(
+        return await _guard(lambda: self._p.read(request, self._caller(context)), lambda s, d: pb.ReadResponse(
             status=s, ledger_id=request.ledger_id, entry_id=request.entry_id, detail=d))
 
     async def ReadRange(self, request: pb.ReadRangeRequest, context: Any) -> pb.ReadRangeResponse:  # noqa: N802
-        return await answer_read_range(self._p, request)
+        return await answer_read_range(self._p, request, self._caller(context))
 
     async def ReadLac(self, request: pb.ReadLacRequest, context: Any) -> pb.ReadLacResponse:  # noqa: N802
-        return await _guard(lambda: self._p.read_lac(request), lambda s, d: pb.ReadLacResponse(
+        return await _guard(lambda: self._p.read_lac(request, self._caller(context)), lambda s, d: pb.ReadLacResponse(
             status=s, ledger_id=request.ledger_id, detail=d))
 
     async def WriteLac(self, request: pb.WriteLacRequest, context: Any) -> pb.WriteLacResponse:  # noqa: N802
         async def run() -> pb.WriteLacResponse:
-            await self._p.write_lac(request)
+            await self._p.write_lac(request, self._caller(context))
             return pb.WriteLacResponse(status=pb.EOK, ledger_id=request.ledger_id)
         return await _guard(run, lambda s, d: pb.WriteLacResponse(
             status=s, ledger_id=request.ledger_id, detail=d))

@@ -150,7 +150,7 @@ class ReadConnection(asyncio.Protocol):
     async def _read(self, req: pb.ReadRangeRequest) -> None:
         """One read, answered when it is done (so a slow disk read holds up only itself); the
         processor bounds the reads in flight (ETOOMANYREQUESTS)."""
-        resp = await answer_read_range(self._p, req)
+        resp = await answer_read_range(self._p, req, None if self._access is None else self._access.caller)
         resp.request_id = req.request_id
         if self._transport is not None:
             body = resp.SerializeToString()  # up to read_range_bytes_max: not copied once more into a frame
