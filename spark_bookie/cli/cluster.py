@@ -34,13 +34,13 @@ def run_cluster(args: argparse.Namespace) -> int:
     from metadata import connect as connect_md
     from spark_bookie.cli.common import client_config
 
-    try:   # a secured cluster's ZooKeeper credentials: the zk_auth of --client-conf
-        zk_auth = client_config(getattr(args, "client_conf", None)).zk_auth
+    try:   # a secured cluster's ZooKeeper credentials and TLS: those of --client-conf
+        cfg = client_config(getattr(args, "client_conf", None))
     except LedgerError as e:
         print(f"spark-bookie: error: {e}", file=sys.stderr)
         return 2
     try:
-        store = connect_md(args.zk, zk_auth=zk_auth)
+        store = connect_md(args.zk, zk_auth=cfg.zk_auth, zk_tls=cfg.zookeeper_tls())
     except MetadataError as e:
         print(f"spark-bookie: error: cannot reach ZooKeeper at {args.zk}: {e}", file=sys.stderr)
         return 2
@@ -139,7 +139,8 @@ def run_spark_sandbox(root: str, bookies: int, zk_port: int | None, wait: Callab
         files = load_secure_files(root) if resume is not None else sandbox_secure_files(root)
     settings = files.bookie_settings() if files is not None else None
     with SparkSandbox(root, bookies, zk_port=resume.zk_port if resume else zk_port, bookie_settings=settings,
-                      base_port=resume.bookie_ports[0] if resume and resume.bookie_ports else None) as sb:
+                      base_port=resume.bookie_ports[0] if resume and resume.bookie_ports else None,
+                      zk_tls=files.zookeeper_tls() if files is not None else None) as sb:
         if sandbox_dir is not None:
             sandbox_dir.save(SandboxRecord(SPARK, files is not None, bookies, zk_port=sb.zk.port if sb.zk else 0,
                                            bookie_ports=[sb.base_port + k for k in range(bookies)], pids=sb.pids))

@@ -40,7 +40,8 @@ def cmd_init(args: argparse.Namespace) -> int:
     from metadata import connect as connect_metadata
 
     try:
-        store = connect_metadata(args.zk, zk_auth=client_config(args.client_conf).zk_auth)
+        cfg = client_config(args.client_conf)
+        store = connect_metadata(args.zk, zk_auth=cfg.zk_auth, zk_tls=cfg.zookeeper_tls())
         try:
             print(f"cluster initialised: instance id {store.cluster.init_cluster()}")
         finally:
@@ -200,7 +201,8 @@ def _run_bookies(args: argparse.Namespace, sandbox_dir: SandboxDir, previous: Sa
     n = args.bookies or 3
     with Sandbox(root, n, zk_port=previous.zk_port if previous else args.zk_port, http=http,
                  bookie_settings=settings, bookie_ports=previous.bookie_ports if previous else (),
-                 http_ports=previous.http_ports if previous else ()) as sb:
+                 http_ports=previous.http_ports if previous else (),
+                 zk_tls=files.zookeeper_tls() if files is not None else None) as sb:
         sandbox_dir.save(SandboxRecord(BOOKIES, files is not None, n, http, zk_port=sb.zk.port if sb.zk else 0,
                                        bookie_ports=[b.port for b in sb.bookies],
                                        http_ports=[int(b.settings.get("http_port") or 0) for b in sb.bookies if http],

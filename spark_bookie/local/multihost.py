@@ -17,9 +17,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from metadata import MetadataStore
-from metadata import connect as connect_metadata
 from spark_bookie.local.hosts import NETNS, Host, Hosts
-from spark_bookie.local.sandbox import BookieProcess, SandboxError, stop_cluster
+from spark_bookie.local.sandbox import BookieProcess, SandboxError, connect_as_bookies, stop_cluster
 from spark_bookie.local.secure import SecureSandboxFiles, load_secure_files, sandbox_secure_files
 
 if TYPE_CHECKING:
@@ -68,8 +67,8 @@ class MultiHostCluster:
     def __init__(self, root: str | Path, hosts: int = 3, *, bookie_hosts: int | None = None, mode: str = "auto",
                  bookie_settings: dict[str, Any] | None = None, zk_session_timeout_ms_max: int = 20_000,
                  secure: bool = False, resume: HostsLayout | None = None) -> None:
-        """`secure`: TLS with client certificates, tokens and ZooKeeper ACLs (sandbox --secure),
-        with certificates for the hosts' addresses; `self.secure_files` then holds the client config.
+        """`secure`: TLS with client certificates, tokens, ZooKeeper ACLs and ZooKeeper over TLS
+        (sandbox --secure), with certificates for the hosts' and the gateway's addresses; `self.secure_files` then holds the client config.
         `resume`: come back as a previous cluster under the same root was (its addresses, ports,
         data and secure files); SandboxError if the hosts do not get its addresses again."""
         self.root = Path(root).absolute()
@@ -100,14 +99,16 @@ class MultiHostCluster:
             self.hosts.start()
             if resume is not None:
                 self._check_resumable(resume)
-            if self._secure:   # the addresses are known now: the bookies' certificate names them
+            if self._secure:   # the addresses are known now: the certificates name them (ZooKeeper: the gateway)
                 self.secure_files = (load_secure_files(self.root) if resume is not None else
-                                     sandbox_secure_files(self.root, tuple(h.address for h in self.hosts)))
+                                     sandbox_secure_files(self.root, tuple(h.address for h in self.hosts),
+                                                          zookeeper_host=self.hosts.gateway))
                 self.settings.update(self.secure_files.bookie_settings())
             self.zk = EmbeddedZooKeeper(resume.zk_port if resume else free_port(), self.root / "zookeeper",
-                                        host=self.hosts.gateway, max_session_timeout_ms=self._zk_session_max)
+                                        host=self.hosts.gateway, max_session_timeout_ms=self._zk_session_max,
+                                        tls=self.secure_files.zookeeper_tls() if self.secure_files else None)
             self.zk.start()
-            self.store = connect_metadata(self.connect_string, zk_auth=self.settings.get("zk_auth") or None)
+            self.store = connect_as_bookies(self.connect_string, self.settings)
             self.store.cluster.init_cluster()
             for host in list(self.hosts)[: self.bookie_hosts]:
                 self.add_bookie(host, wait=False)

@@ -19,7 +19,8 @@ from typing import Any
 
 from metadata import MetadataStore
 from metadata import connect as connect_metadata
-from spark_bookie.local.zookeeper import EmbeddedZooKeeper, free_port, free_port_range
+from spark_bookie.local.zookeeper import EmbeddedZooKeeper, ZooKeeperServerTls, free_port, free_port_range
+from spark_bookie.server.config import zk_tls_from
 
 log = logging.getLogger(__name__)
 
@@ -171,6 +172,23 @@ class BookieProcess:
         return self.proc is not None and self.proc.poll() is None
 
 
+def embedded_zookeeper(port: int | None, root: Path, settings: dict[str, Any],
+                       tls: ZooKeeperServerTls | None) -> EmbeddedZooKeeper:
+    """The sandbox's ZooKeeper in ``<root>/zookeeper``, serving TLS exactly when the bookie settings
+    connect over TLS (``zk_tls``); SandboxError for a mismatch, which would only show later as
+    bookies that cannot reach it."""
+    if (tls is None) != (zk_tls_from(settings) is None):
+        raise SandboxError("the embedded ZooKeeper serves TLS (zk_tls=) exactly when the bookie settings' "
+                           "zk_tls is on: the bookies could not reach it otherwise")
+    return EmbeddedZooKeeper(port or free_port(), root / "zookeeper", tls=tls)
+
+
+def connect_as_bookies(connect_string: str, settings: dict[str, Any]) -> MetadataStore:
+    """A sandbox's own metadata session, with its bookies' ZooKeeper credentials and TLS (a secured
+    sandbox's layout is then created with their ACL)."""
+    return connect_metadata(connect_string, zk_auth=settings.get("zk_auth") or None, zk_tls=zk_tls_from(settings))
+
+
 def stop_cluster(bookies: Sequence[BookieProcess], store: MetadataStore | None, zk: EmbeddedZooKeeper | None) -> None:
     """Bookies gracefully (one failing to stop does not keep the others running), then the
     metadata session, then ZooKeeper: the order that leaves no bookie without its ZooKeeper."""
@@ -190,20 +208,22 @@ class Sandbox:
 
     def __init__(self, root: str | Path, bookies: int = 3, *, zk_port: int | None = None,
                  zk_connect: str | None = None, bookie_settings: dict[str, Any] | None = None,
-                 http: bool = False, bookie_ports: Sequence[int] = (), http_ports: Sequence[int] = ()) -> None:
+                 http: bool = False, bookie_ports: Sequence[int] = (), http_ports: Sequence[int] = (),
+                 zk_tls: ZooKeeperServerTls | None = None) -> None:
         """With `zk_connect`, use that (running) ZooKeeper instead of starting an embedded one.
         With `http`, every bookie serves the admin API and /metrics on a port of its own.
         `bookie_ports` / `http_ports`: the ports of the first bookies (a resumed sandbox's), free
-        ones for the rest."""
+        ones for the rest. `zk_tls`: the embedded ZooKeeper serves TLS only (a secured sandbox's,
+        `SecureSandboxFiles.zookeeper_tls()`, with bookie settings that say `zk_tls`)."""
         self.http = http
         self._ports = list(bookie_ports)
         self._http_ports = list(http_ports)
         self.root = Path(root)
+        self.settings = dict(bookie_settings or {})
         self.zk: EmbeddedZooKeeper | None = None
         self._zk_connect = zk_connect
         if zk_connect is None:
-            self.zk = EmbeddedZooKeeper(zk_port or free_port(), self.root / "zookeeper")
-        self.settings = dict(bookie_settings or {})
+            self.zk = embedded_zookeeper(zk_port, self.root, self.settings, zk_tls)
         self.bookies: list[BookieProcess] = []
         self._count = bookies
         self.store: MetadataStore | None = None
@@ -218,8 +238,7 @@ class Sandbox:
         self.root.mkdir(parents=True, exist_ok=True)
         if self.zk is not None:
             self.zk.start()
-        # A secured sandbox's bookies carry zk_auth: the layout is created with the same ACL.
-        self.store = connect_metadata(self.connect_string, zk_auth=self.settings.get("zk_auth") or None)
+        self.store = connect_as_bookies(self.connect_string, self.settings)
         self.store.cluster.init_cluster()
         for _ in range(self._count):
             self.add_bookie(wait=False)
@@ -284,25 +303,25 @@ class SparkSandbox:
                  extra_args: list[str] | tuple[str, ...] = (), env: dict[str, str] | None = None,
                  start_timeout_s: float = 300.0, submit_conf: dict[str, str] | None = None,
                  script: Path | None = None, bookie_settings: dict[str, Any] | None = None,
-                 base_port: int | None = None) -> None:
+                 base_port: int | None = None, zk_tls: ZooKeeperServerTls | None = None) -> None:
         """With ``submit_conf`` (possibly empty), the driver is launched the documented way, by
         ``spark-submit --master M --conf k=v ... jobs/bookie_cluster.py`` (the spark-submit beside
         ``python``); without, as ``python jobs/bookie_cluster.py --master M``. ``base_port``: the
-        bookies' first port (a resumed sandbox's; default: a free range)."""
+        bookies' first port (a resumed sandbox's; default: a free range). ``zk_tls``: as Sandbox's."""
         self.root = Path(root).absolute()
         self.submit_conf = submit_conf
         self.script = script  # the driver's file: the hosting package's launcher unless given
         self.bookies = bookies
+        self.settings = dict(bookie_settings or {})
         self.zk: EmbeddedZooKeeper | None = None
         self._zk_connect = zk_connect
         if zk_connect is None:
-            self.zk = EmbeddedZooKeeper(zk_port or free_port(), self.root / "zookeeper")
+            self.zk = embedded_zookeeper(zk_port, self.root, self.settings, zk_tls)
         self.master = master or f"local-cluster[{bookies},1,1024]"
         self.python = python
         self.extra_args = list(extra_args)
         self.env = dict(env or {})
         self.start_timeout_s = start_timeout_s
-        self.settings = dict(bookie_settings or {})
         self._base_port = base_port
         self.base_port = 0
         self.name = "bookie-cluster"
@@ -348,7 +367,7 @@ class SparkSandbox:
         self.root.mkdir(parents=True, exist_ok=True)
         if self.zk is not None:
             self.zk.start()
-        self.store = connect_metadata(self.connect_string, zk_auth=self.settings.get("zk_auth") or None)
+        self.store = connect_as_bookies(self.connect_string, self.settings)
         self.store.cluster.init_cluster()
         self.base_port = self._base_port or free_port_range(self.bookies)
         env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": self.python,

@@ -196,7 +196,8 @@ def run_spark_demo(root: str | Path, bookies: int = 4, zk_port: int | None = Non
         files = sandbox_secure_files(root)
     client_conf = str(files.client_conf_path) if files is not None else None
     with SparkSandbox(root, bookies, zk_port=zk_port,
-                      bookie_settings=files.bookie_settings() if files is not None else None) as sb:
+                      bookie_settings=files.bookie_settings() if files is not None else None,
+                      zk_tls=files.zookeeper_tls() if files is not None else None) as sb:
         print(f"1. bookies inside Spark executors (local-cluster[{bookies},1,1024]{', secure' if files else ''}): "
               f"{', '.join(sb.bookie_ids)} registered in {time.monotonic() - t0:.0f} s; ZooKeeper at "
               f"{sb.connect_string}", flush=True)
