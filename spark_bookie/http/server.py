@@ -4,9 +4,12 @@ Why the standard library: the admin API is a handful of small, rare requests bes
 whose event loop and threads are busy with adds; a thread per request (ThreadingHTTPServer) keeps
 a slow admin call (a ledger read, a metadata scan) off the bookie's loop, and adds no dependency.
 Every answer is JSON except /metrics (Prometheus' text format, prometheus_client's exposition) and
-/heartbeat (``OK``, as BookKeeper's). Errors are ``{"error": message}`` with 400 (bad request),
-404 (unknown path or ledger), 405 (wrong method) or 503; an unexpected exception is logged here
-and answered 500 with its one-line message, never a traceback.
+/heartbeat (``OK``, as BookKeeper's). A route is an exact path, or a template whose ``{name}``
+segments match one non-empty path segment each (Pulsar's ``/admin/v2/tenants/{tenant}``): the
+handler finds them, percent-decoded, in ``Request.path_params``. Errors are
+``{"error": message}`` with 400 (bad request), 404 (unknown path or ledger), 405 (wrong method) or
+503; an unexpected exception is logged here and answered 500 with its one-line message, never a
+traceback.
 """
 
 from __future__ import annotations
@@ -16,11 +19,11 @@ import logging
 import socket
 import ssl
 import threading
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
@@ -40,6 +43,7 @@ class Request:
     params: dict[str, str]
     body: bytes
     authorization: str | None = None   # the Authorization header (a bearer token, docs/security.md)
+    path_params: Mapping[str, str] = field(default_factory=dict)   # a template route's {name} segments
 
 
 @dataclass(frozen=True)
@@ -64,6 +68,32 @@ Guard = Callable[[Request], None]
 """Raises ApiError (401, 403) for a request its caller may not make (spark_bookie.http.security)."""
 
 
+def match_route(routes: Routes, path: str) -> tuple[dict[str, Handler], dict[str, str]] | None:
+    """The methods of the route ``path`` takes and its template's parameters: an exact route first,
+    else the first template with as many segments whose literal ones are equal (a ``{name}``
+    segment takes any non-empty one, decoded, so ``%2F`` stays inside its segment)."""
+    key = path.rstrip("/") or "/"
+    methods = routes.get(key)
+    if methods is not None:
+        return methods, {}
+    parts = key.split("/")
+    for template, candidate in routes.items():
+        if "{" not in template:
+            continue
+        pattern = template.split("/")
+        if len(pattern) != len(parts):
+            continue
+        params: dict[str, str] = {}
+        for want, got in zip(pattern, parts, strict=True):
+            if want.startswith("{") and want.endswith("}") and got:
+                params[want[1:-1]] = unquote(got)
+            elif want != got:
+                break
+        else:
+            return candidate, params
+    return None
+
+
 def dispatch(routes: Routes, registry: CollectorRegistry, req: Request, guard: Guard | None = None) -> Response:
     """The answer to one request; never raises."""
     try:
@@ -73,13 +103,14 @@ def dispatch(routes: Routes, registry: CollectorRegistry, req: Request, guard: G
             if req.method != "GET":
                 raise ApiError(405, "use GET for /metrics")
             return Response(200, generate_latest(registry), CONTENT_TYPE_LATEST)
-        methods = routes.get(req.path.rstrip("/") or "/")
-        if methods is None:
+        matched = match_route(routes, req.path)
+        if matched is None:
             raise ApiError(404, f"no endpoint {req.path}")
+        methods, params = matched
         handler = methods.get(req.method)
         if handler is None:
             raise ApiError(405, f"{req.path} takes {', '.join(sorted(methods))}, not {req.method}")
-        return handler(req)
+        return handler(replace(req, path_params=params) if params else req)
     except ApiError as e:
         return Response.json({"error": e.message}, e.status)
     except Exception as e:  # a bug or an outage below: logged with its traceback here, not sent
