@@ -73,13 +73,13 @@ def open_cluster(zk_server: str, tmp_path_factory: pytest.TempPathFactory) -> It
 
 @pytest.fixture(scope="module")
 def token_cluster(zk_server: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sandbox]:
-    """Bookies checking tokens; the admin API's own client holds a `client` token: what the
-    caller may read is decided by the caller's token, not by the process's."""
+    """Bookies checking tokens; the admin API's own client holds the cluster's `service` token
+    (DESIGN §4.9): what the caller may read is decided by the caller's token, not by the process's."""
     root = tmp_path_factory.mktemp("tokens")
     secret = root / "token-secret"
     secret.write_bytes(SECRET)
     conf = root / "service.toml"
-    conf.write_text(f'[client]\nauth_token = "{mint_token(SECRET, "bookie-service", "client", 3600)}"\n')
+    conf.write_text(f'[client]\nauth_token = "{mint_token(SECRET, "bookie-service", "service", 3600)}"\n')
     sb = _cluster(root / "cluster", zk_server, auth_enabled=True, auth_token_secret_path=str(secret),
                   client_conf=str(conf))
     try:

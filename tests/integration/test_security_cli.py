@@ -88,9 +88,11 @@ def test_destructive_shell_commands_need_a_token_a_bookie_confirms_as_admin(clus
     zk = sb.connect_string
     client_conf = _write_client_conf(tmp_path / "app.toml", zk_auth=ZK_AUTH,
                                      auth_token=mint_token(SECRET, "app", "client", ttl_s=3600))
+    with LedgerClient(zk, config=ClientConfig.from_toml(admin_conf)) as c:   # namespaces: superusers make them
+        c.create_namespace("ns").grant_permission("app", ["produce", "consume"])
     with LedgerClient(zk, config=ClientConfig.from_toml(client_conf)) as c:
         lid, _ = write_ledger(c, 5, close=True, e=1, qw=1, qa=1)
-        c.create_namespace("ns").open_writer("s").close()
+        c.namespace("ns").open_writer("s").close()
     bookie = sb.bookies[0].bookie_id
     refused = [("shell", "--zk", zk, "deleteledger", str(lid)),
                ("shell", "--zk", zk, "readledger", str(lid), "--recover"),

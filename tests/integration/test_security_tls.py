@@ -67,7 +67,8 @@ def _refused(zk: str, cfg: ClientConfig, good: ClientConfig, ensemble: int = 2) 
         with pytest.raises(errors.LedgerError) as info:
             w.append(b"must not land")
         lid = w.ledger_id
-    with LedgerClient(zk, config=good) as c:
+    service = dataclasses.replace(good, auth_token=mint_token(SECRET, "svc", "service", ttl_s=600))
+    with LedgerClient(zk, config=service) as c:   # a ledger made without a token is no role's: the service reads it
         r = c.open_ledger(lid, password=PW, recovery=True)
         assert r.last_add_confirmed == -1
     return info.value

@@ -57,11 +57,16 @@ def _raw(claims: dict) -> str:
     return jwt.encode(claims, SECRET, algorithm="HS256")
 
 
+def _service() -> str:
+    """The cluster's own identity, which the tenant checks let read any ledger (DESIGN §4.9)."""
+    return mint_token(SECRET, "bookie-service", "service", ttl_s=600)
+
+
 def _entries_on_bookies(sb, ledger_id: int) -> list[int]:
-    """Entries 0..4 of `ledger_id` any bookie holds, asked with a valid token."""
+    """Entries 0..4 of `ledger_id` any bookie holds, asked as the service identity."""
     found = []
     for b in sb.bookies:
-        with BookieClient(b.bookie_id, credentials=Credentials(auth_token=_good())) as c:
+        with BookieClient(b.bookie_id, credentials=Credentials(auth_token=_service())) as c:
             for eid in range(5):
                 if c.read(ledger_id, eid).status == pb.EOK:
                     found.append(eid)
@@ -105,9 +110,8 @@ def test_clients_without_a_valid_token_read_nothing_and_fence_nothing(cluster_fa
             w.append(b"secret-%d" % i)
         for token in _bad_tokens().values():
             with _client(sb, token, bookie_read_transport=transport) as bad:
-                r = bad.open_ledger(w.ledger_id, password=PW, recovery=False)
-                with pytest.raises(errors.UnauthorizedAccessError):
-                    r.read_unconfirmed(0, 4)
+                with pytest.raises(errors.UnauthorizedAccessError):   # refused at open, or by the bookies
+                    bad.open_ledger(w.ledger_id, password=PW, recovery=False).read_unconfirmed(0, 4)
                 with pytest.raises(errors.UnauthorizedAccessError):
                     bad.open_ledger(w.ledger_id, password=PW, recovery=True)
         w.append(b"still the writer")   # nobody fenced the ledger
@@ -129,7 +133,7 @@ def test_raw_connections_without_a_token_are_answered_eua(cluster_factory, tmp_p
     forged = mint_token(b"0123456789-wrong-secret-0123456789", "x", "admin")
     hellos = {"v1": ADD_HELLO + frame(bid.encode()),
               "forged": ADD_HELLO_AUTH + frame(bid.encode()) + frame(forged.encode()),
-              "good": ADD_HELLO_AUTH + frame(bid.encode()) + frame(_good().encode())}
+              "good": ADD_HELLO_AUTH + frame(bid.encode()) + frame(_service().encode())}
     for n, (what, hello) in enumerate(hellos.items()):
         lid = 100 + n
         batch = pb.AddBatch(ledger_adds=[pb.LedgerAdds(ledger_id=lid, master_key=KEY, entry_ids=[0],
