@@ -6,11 +6,12 @@ answers them as a BookKeeper cluster does; where BookKeeper answers with a bare 
 the same string as a JSON string. Destructive or expensive calls (``gc``, ``decommission``,
 ``ledger/delete``) take only PUT/POST/DELETE, as BookKeeper's do; a GET gets 405. Ledger
 endpoints use a LedgerClient of their own, created on first use (a bookie that nobody asks about
-ledgers never opens one).
+ledgers never opens one). Pulsar's tenant API (``/admin/v2/...``) is spark_bookie.http.tenants.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import shutil
 import socket
@@ -32,6 +33,7 @@ from spark_bookie.http.params import (
     json_body,
 )
 from spark_bookie.http.server import Request, Response, Routes
+from spark_bookie.http.tenants import TENANT_ROUTES
 
 if TYPE_CHECKING:
     from ledger_client import ClientConfig, LedgerClient
@@ -59,6 +61,7 @@ class AdminContext:
     client_config: ClientConfig | None = None  # credentials of the ledger client (secured clusters)
     verifier: TokenVerifier | None = None  # the process's token checks (None: it checks none)
     _client: LedgerClient | None = None
+    _tenancy: LedgerClient | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
     decommissions: dict[str, threading.Thread] = field(default_factory=dict)
 
@@ -70,8 +73,25 @@ class AdminContext:
                 self._client = LedgerClient(self.zk_connect, config=self.client_config)
             return self._client
 
+    def tenancy_client(self) -> LedgerClient:
+        """The client the tenant API (spark_bookie.http.tenants) acts through, once its handler has
+        checked the caller: the process's own connection and metadata session, without the
+        process's token, whose role (a service identity, say) is not the caller's and would make
+        the client refuse what the caller may do. Only metadata is touched through it."""
+        client = self.client()
+        with self._lock:
+            if self._tenancy is None:
+                from ledger_client import LedgerClient
+
+                cfg = dataclasses.replace(client.config, auth_token=None, auth_token_file=None)
+                self._tenancy = LedgerClient(self.zk_connect, config=cfg, metadata_store=client.store)
+            return self._tenancy
+
     def close(self) -> None:
         with self._lock:
+            if self._tenancy is not None:
+                self._tenancy.close()   # first: it runs on the other's metadata session
+                self._tenancy = None
             if self._client is not None:
                 self._client.close()
                 self._client = None
@@ -330,6 +350,7 @@ def build_routes(ctx: AdminContext) -> Routes:
         return handle
 
     api = "/api/v1"
+    tenant_api = {path: {method: bind(fn) for method, fn in methods.items()} for path, methods in TENANT_ROUTES.items()}
     return {
         "/heartbeat": {"GET": bind(heartbeat)},
         f"{api}/config/server_config": {"GET": bind(server_config)},
@@ -346,4 +367,5 @@ def build_routes(ctx: AdminContext) -> Routes:
         f"{api}/ledger/metadata": {"GET": bind(ledger_metadata)},
         f"{api}/ledger/read": {"GET": bind(ledger_read)},
         f"{api}/ledger/delete": {"DELETE": bind(ledger_delete)},
+        **tenant_api,
     }
