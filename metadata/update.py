@@ -33,9 +33,9 @@ class LedgerMetadataAccess(Protocol):
 
 def _check_tenancy_kept(old: LedgerMetadata, new: LedgerMetadata) -> None:
     """A ledger's namespace and creator are set at creation and never change (bookies cache them
-    for good); the one exception is the migration to tenants stamping a namespace on a ledger
-    that predates them."""
-    if new.owner_role != old.owner_role or (new.namespace != old.namespace and old.namespace):
+    for good); the one exception is the migration to tenants stamping a namespace (or a creator)
+    on a ledger that predates them and has neither."""
+    if (new.owner_role != old.owner_role and old.owner_role) or (new.namespace != old.namespace and old.namespace):
         raise InvalidMetadataError(
             f"ledger {old.ledger_id}: its namespace and creator role never change "
             f"({old.namespace!r}/{old.owner_role!r} -> {new.namespace!r}/{new.owner_role!r})")

@@ -8,10 +8,12 @@ as an open cluster checks nothing.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from metadata import NodeExistsError
+from metadata import LedgerMetadata, NodeExistsError
+from metadata.streams import decode_access
 from metadata.tenancy import (
     PUBLIC_TENANT,
     SUPERUSER_ROLE,
@@ -158,6 +160,55 @@ def delete_tenant(client: LedgerCore, name: str) -> None:
         client.store.tenants.delete_tenant(name)
 
 
+def migrate_to_tenants(client: LedgerCore, legacy_owner: str | None = None) -> dict[str, int]:
+    """Bring a cluster from before tenants under them without touching a record (superusers only):
+    tenant ``public`` is made, every namespace without an access record lands in it (no grants:
+    superusers grant them), every stream segment's ledger is stamped with its namespace, and with
+    ``legacy_owner`` every other ledger that names no creator becomes that role's. Idempotent;
+    returns what it changed."""
+    require_superuser(client, "migrate the cluster to tenants")
+    if legacy_owner is not None:
+        (legacy_owner,) = _roles([legacy_owner])
+    create_public_tenant(client)
+    done = {"namespaces": 0, "segment_ledgers": 0, "legacy_ledgers": 0}
+    stamped: set[int] = set()
+    with metadata_errors("migrate to tenants"):
+        store = client.store
+        for ns in store.streams.list_namespaces():
+            got = store.streams.read_namespace(ns)
+            if got is not None and decode_access(got[0], f"namespace {ns}") is None:
+                store.tenants.update_access(ns, lambda a: a)   # writes the default record: tenant public
+                done["namespaces"] += 1
+            for name in store.streams.list_streams(ns):
+                view = store.streams.read_stream(ns, name)
+                for seg in view.ordered() if view is not None else []:
+                    if seg.ledger_id is not None:
+                        stamped.add(seg.ledger_id)
+                        done["segment_ledgers"] += _stamp(client, seg.ledger_id, namespace=ns)
+        if legacy_owner is not None:
+            for lid in store.ledgers.list_ledgers():
+                if lid not in stamped:
+                    done["legacy_ledgers"] += _stamp(client, lid, owner_role=legacy_owner)
+    return done
+
+
+def _stamp(client: LedgerCore, ledger_id: int, *, namespace: str = "", owner_role: str = "") -> int:
+    """Record a namespace (or a creator) on a ledger that predates tenants; 1 if it changed."""
+    def stamp(md: LedgerMetadata) -> LedgerMetadata:
+        if md.namespace or md.owner_role:
+            return md
+        return dataclasses.replace(md, namespace=namespace, owner_role=owner_role)
+
+    try:
+        before = client.ledger_metadata(ledger_id)
+        if before.namespace or before.owner_role:
+            return 0
+        client.update_metadata(ledger_id, stamp)
+        return 1
+    except errors.NoSuchLedgerError:
+        return 0
+
+
 def _roles(admin_roles: object) -> frozenset[str]:
     if isinstance(admin_roles, str) or not isinstance(admin_roles, list | tuple | set | frozenset):
         raise errors.IncorrectParameterError(f"admin_roles must be a list of role names, not {admin_roles!r}")
@@ -167,4 +218,5 @@ def _roles(admin_roles: object) -> frozenset[str]:
         raise errors.IncorrectParameterError(str(e)) from e
 
 
-__all__ = ["TenantInfo", "create_tenant", "delete_tenant", "list_tenants", "tenant_info", "update_tenant"]
+__all__ = ["TenantInfo", "create_tenant", "delete_tenant", "list_tenants", "migrate_to_tenants", "tenant_info",
+           "update_tenant"]

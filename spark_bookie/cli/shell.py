@@ -305,6 +305,12 @@ def add_shell_parser(p: argparse.ArgumentParser, zk_default: str) -> None:
     add_drain_arguments(c, force=False)
     _command(sub, "secure-metadata", cmd_secure_metadata,
              "put the --client-conf's zk_auth digest ACL on the root and every node under it")
+    c = _command(sub, "migrate-tenants", cmd_migrate_tenants,
+                 "put a cluster from before tenants under them: namespaces into tenant public, segment "
+                 "ledgers stamped with their namespace (superusers)", json_flag=True, admin=True)
+    c.add_argument("--legacy-owner", metavar="ROLE", default=None,
+                   help="the role that owns the ledgers outside namespaces that name no creator "
+                        "(default: none, superusers only)")
     from spark_bookie.cli.shell_underreplication import add_underreplication_commands
 
     add_underreplication_commands(sub, _command)
@@ -320,13 +326,27 @@ def cmd_secure_metadata(client: LedgerClient, args: argparse.Namespace) -> int:
     return 0
 
 
-def _fail(message: str) -> int:
-    print(f"{PROG}: error: {message}", file=sys.stderr)
+def cmd_migrate_tenants(client: LedgerClient, args: argparse.Namespace) -> int:
+    """DESIGN §4.9's migration: no record moves, only the metadata learns whose data it is."""
+    from ledger_client.stream.tenants import migrate_to_tenants
+
+    done = migrate_to_tenants(client, args.legacy_owner)
+    if args.json:
+        print(json.dumps(done))
+    else:
+        print(f"namespaces moved into tenant public: {done['namespaces']}; segment ledgers stamped: "
+              f"{done['segment_ledgers']}; legacy ledgers given to {args.legacy_owner}: {done['legacy_ledgers']}")
+    return 0
+
+
+def _fail(message: str, prog: str = PROG) -> int:
+    print(f"{prog}: error: {message}", file=sys.stderr)
     return 2
 
 
 def run_shell(args: argparse.Namespace) -> int:
-    """Connect, run the chosen command, and turn every typed error into exit status 2."""
+    """Connect, run the chosen command, and turn every typed error into exit status 2 (the one
+    line starts with the command group's ``shell_prog``, `spark-bookie shell` unless it says)."""
     from ledger_client import LedgerClient, errors
     from metadata import MetadataError
     from spark_bookie.cli.common import client_config
@@ -343,7 +363,7 @@ def run_shell(args: argparse.Namespace) -> int:
                 client.confirm_admin()
             return func(client, args)
     except (errors.LedgerError, MetadataError, ShellError, TimeoutError) as e:
-        return _fail(str(e) or type(e).__name__)
+        return _fail(str(e) or type(e).__name__, getattr(args, "shell_prog", PROG))
     except BrokenPipeError:
         # The reader went away (`readledger ... | head`): not an error; keep Python's exit-time
         # flush from raising again on the closed pipe.
