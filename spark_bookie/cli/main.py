@@ -247,6 +247,18 @@ def cmd_stream(args: argparse.Namespace) -> int:
     return run_stream(args)
 
 
+def cmd_tenant(args: argparse.Namespace) -> int:
+    from spark_bookie.cli.tenant import run_tenant
+
+    return run_tenant(args)
+
+
+def cmd_role(args: argparse.Namespace) -> int:
+    from spark_bookie.cli.role import run_role
+
+    return run_role(args)
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     from spark_bookie.cli.bench import run_bench
 
@@ -340,9 +352,22 @@ def build_parser() -> argparse.ArgumentParser:
 
     from spark_bookie.cli.stream import add_stream_parser
 
-    p = sub.add_parser("stream", help="namespaces and streams: create, list, info, write, tail, truncate, delete")
+    p = sub.add_parser("stream", help="namespaces and streams: create, list, info, write, tail, truncate, delete; "
+                       "grant, revoke, permissions")
     add_stream_parser(p)
     p.set_defaults(func=cmd_stream)
+
+    from spark_bookie.cli.tenant import add_tenant_parser
+
+    p = sub.add_parser("tenant", help="tenants: create, list, info, update, delete (DESIGN §4.9)")
+    add_tenant_parser(p)
+    p.set_defaults(func=cmd_tenant)
+
+    from spark_bookie.cli.role import add_role_parser
+
+    p = sub.add_parser("role", help="`role create NAME --out PATH`: a client config with a token for a role")
+    add_role_parser(p)
+    p.set_defaults(func=cmd_role)
 
     from spark_bookie.cli.bench import add_bench_parser
 

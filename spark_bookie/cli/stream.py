@@ -1,4 +1,5 @@
-"""`spark-bookie stream CMD`: namespaces and streams from the command line (DESIGN §4.2, §4.5).
+"""`spark-bookie stream CMD`: namespaces and streams from the command line (DESIGN §4.2, §4.5),
+and who may use a namespace (`grant`, `revoke`, `permissions`: DESIGN §4.9).
 
 Built on the public client only. Plain text, one item per line; `--json` for structure. Records
 are written one per stdin line (the line without its newline; bytes as they are) and printed as
@@ -61,8 +62,36 @@ def cmd_create_namespace(client: LedgerClient, args: argparse.Namespace) -> int:
         "retention_ms": args.retention_ms, "retention_bytes": args.retention_bytes,
         "tier_after_ms": args.tier_after_ms, "tier_table": args.tier_table,
         "output_buffer_bytes": args.output_buffer_bytes}.items() if v is not None}
-    ns = client.create_namespace(args.namespace, **settings)
-    print(json.dumps(ns.settings.to_json()) if args.json else f"created namespace {ns.name}")
+    ns = client.create_namespace(args.namespace, tenant=args.tenant, **settings)
+    print(json.dumps(ns.settings.to_json()) if args.json else f"created namespace {ns.name} in tenant {ns.tenant}")
+    return 0
+
+
+def _actions(text: str) -> list[str]:
+    """``produce,consume`` -> ["produce", "consume"] (the client checks them)."""
+    return [a.strip() for a in text.split(",") if a.strip()]
+
+
+def cmd_grant(client: LedgerClient, args: argparse.Namespace) -> int:
+    client.namespace(args.namespace).grant_permission(args.role, args.actions)
+    print(f"granted {','.join(sorted(set(args.actions)))} on namespace {args.namespace} to role {args.role}")
+    return 0
+
+
+def cmd_revoke(client: LedgerClient, args: argparse.Namespace) -> int:
+    client.namespace(args.namespace).revoke_permission(args.role)
+    print(f"revoked every permission of role {args.role} on namespace {args.namespace}")
+    return 0
+
+
+def cmd_permissions(client: LedgerClient, args: argparse.Namespace) -> int:
+    """``role<TAB>action,action`` per role (``--json``: ``{role: [actions]}``)."""
+    perms = {role: sorted(actions) for role, actions in sorted(client.namespace(args.namespace).permissions().items())}
+    if args.json:
+        print(json.dumps(perms))
+    else:
+        for role, actions in perms.items():
+            print(f"{role}\t{','.join(actions)}")
     return 0
 
 
@@ -212,6 +241,18 @@ def add_stream_parser(p: argparse.ArgumentParser) -> None:
     c.add_argument("--retention-bytes", type=int, metavar="BYTES")
     c.add_argument("--tier-after-ms", type=int, metavar="MS", help="tier sealed segments into Delta past this age")
     c.add_argument("--tier-table", metavar="PATH", help="... into <PATH>/<stream>")
+    c.add_argument("--tenant", default="public", metavar="T",
+                   help="the tenant that owns it (default public); superusers and T's admin roles")
+    c = command("grant", cmd_grant, "give ROLE actions on a namespace (replacing what it had; superusers "
+                "and the tenant's admin roles)")
+    c.add_argument("namespace", metavar="NS")
+    c.add_argument("role", metavar="ROLE")
+    c.add_argument("--actions", type=_actions, required=True, metavar="A,B", help="produce, consume or both")
+    c = command("revoke", cmd_revoke, "take every action ROLE holds on a namespace")
+    c.add_argument("namespace", metavar="NS")
+    c.add_argument("role", metavar="ROLE")
+    c = command("permissions", cmd_permissions, "the roles granted actions on a namespace")
+    c.add_argument("namespace", metavar="NS")
     c = command("delete-namespace", cmd_delete_namespace, "delete a namespace (--force: and its streams)",
                 admin=True)
     c.add_argument("namespace")
