@@ -68,7 +68,8 @@ class MultiHostCluster:
                  bookie_settings: dict[str, Any] | None = None, zk_session_timeout_ms_max: int = 20_000,
                  secure: bool = False, resume: HostsLayout | None = None) -> None:
         """`secure`: TLS with client certificates, tokens, ZooKeeper ACLs and ZooKeeper over TLS
-        (sandbox --secure), with certificates for the hosts' and the gateway's addresses; `self.secure_files` then holds the client config.
+        (sandbox --secure), with certificates for the hosts' and the gateway's addresses;
+        `self.secure_files` then holds the client config.
         `resume`: come back as a previous cluster under the same root was (its addresses, ports,
         data and secure files); SandboxError if the hosts do not get its addresses again."""
         self.root = Path(root).absolute()
