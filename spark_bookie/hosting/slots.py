@@ -149,6 +149,10 @@ class HostingConfig:
         for name in ("heartbeat_interval_ms", "slot_claim_timeout_ms", "start_retry_delay_ms_max"):
             if getattr(self, name) <= 0:
                 problems.append(f"{name} must be positive")
+        bookie = dict(self.bookie_settings)
+        if self.autorecovery and bookie.get("zk_tls") and not bookie.get("client_conf"):
+            problems.append("bookie settings with zk_tls need client_conf (a client TOML with zk_tls = true) for the "
+                            "replication workers' and the auditor's ZooKeeper sessions")
         if problems:
             raise ConfigError("invalid hosting configuration: " + "; ".join(problems))
         return self

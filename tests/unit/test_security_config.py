@@ -15,6 +15,7 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from ledger_client import ClientConfig
 from ledger_client.errors import IncorrectParameterError
 from ledger_client.transport.credentials import Credentials, credentials_of
+from metadata import ZkTls
 from spark_bookie.errors import ConfigError
 from spark_bookie.server.auth import AuthError, RoleError, TokenVerifier, bearer_token, mint_token
 from spark_bookie.server.config import load_config
@@ -194,3 +195,14 @@ def test_zookeeper_tls_keys_are_checked_at_load(tmp_path: Path):
             load_config(None, **base, **bad)
     assert load_config(None, **base, zk_tls=True, zk_tls_ca_path=str(ca)).zookeeper_tls().ca_path == str(ca)
     assert load_config(None, **base).zookeeper_tls() is None
+
+    from spark_bookie.hosting.slots import HostingConfig
+
+    # the Spark-hosted cluster's driver and slots read the same keys from the bookie settings
+    hosting = {"zk_connect": "127.0.0.1:2181", "bookies": 1, "data_root": str(tmp_path / "data")}
+    tls = (("zk_tls", True), ("zk_tls_ca_path", str(ca)))
+    with pytest.raises(ConfigError, match="client_conf"):
+        HostingConfig(**hosting, bookie_settings=tls).validate()
+    assert HostingConfig(**hosting, bookie_settings=(*tls, ("client_conf", str(conf)))).validate().zk_tls() \
+        == ZkTls(str(ca))
+    assert HostingConfig(**hosting).zk_tls() is None
