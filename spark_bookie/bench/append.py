@@ -6,7 +6,8 @@ writer, and latency (p50/p99/p999) at an offered 1,000 entries/s. The peer is Re
 on the same machine in the same run when `redis-server` is installed. Goals (issue 3): at least
 20,000 acknowledged entries/s, at least twice the peer's rate, and p99 below 5 ms at 1,000/s.
 Issue 21: the cost of the bookies' metrics on the add path, from saturated runs into a second
-cluster with metrics off, alternating with one with them on: under 5%.
+cluster with metrics off, alternating with one with them on: under 5%. With --tenants, likewise
+the cost of the bookies' per-namespace checks (spark_bookie/bench/tenants_cost.py): under 5%.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from typing import Any
 from jobs.progress import StepProgress
 from spark_bookie.bench.common import REDIS_MISSING, cpu_seconds, pct, redis_server, timed_threads
 from spark_bookie.bench.host import cpu_times, fdatasyncs, round_trips, steal_share
+from spark_bookie.bench.tenants_cost import report_tenants, tenants_cost, tenants_goal
 
 GOAL_ENTRIES_PER_S = 20_000
 GOAL_PEER_RATIO = 2.0
@@ -42,6 +44,8 @@ def add_append_parser(sub: Any) -> None:
     p.add_argument("--quick", action="store_true", help="smaller runs (smoke test)")
     p.add_argument("--tls", action="store_true",
                    help="also on a secured cluster (mTLS, tokens, zk_auth), beside the same runs on the plain one")
+    p.add_argument("--tenants", action="store_true",
+                   help="also the cost of per-namespace checks: auth on with tenant checks vs without, alternating")
     p.set_defaults(func_bench=bench_append)
 
 
@@ -66,10 +70,10 @@ def _cpu_per_entry(before: tuple[float, float], after: tuple[float, float], entr
 
 
 def _throughput(client: Any, cfg: tuple[int, int, int], entries: int, size: int,
-                bookie_pids: list[int]) -> dict[str, float]:
+                bookie_pids: list[int], namespace: str = "") -> dict[str, float]:
     """Pipelined appends; also CPU microseconds per entry in the client and in all bookies, the
-    figure that decides how far two cores can go."""
-    w = client.create_ledger(*cfg)
+    figure that decides how far two cores can go. `namespace`: the ledger's (its grants decide)."""
+    w = client.create_ledger(*cfg, namespace=namespace)
     payload = os.urandom(size)
     cpu0 = _cpu_now(bookie_pids)
     t0 = time.perf_counter()
@@ -87,11 +91,11 @@ def _throughput(client: Any, cfg: tuple[int, int, int], entries: int, size: int,
 
 
 def _latency_at_rate(client: Any, cfg: tuple[int, int, int], rate: float, seconds: float,
-                     size: int, bookie_pids: list[int]) -> dict[str, float]:
+                     size: int, bookie_pids: list[int], namespace: str = "") -> dict[str, float]:
     """Open loop: entry i is due at t0 + i/rate; latency counts from then (no coordinated omission).
     Also the CPU per entry: at this rate every add is its own message, and how busy that keeps
     the two cores is what the tail latency follows."""
-    w = client.create_ledger(*cfg)
+    w = client.create_ledger(*cfg, namespace=namespace)
     payload = os.urandom(size)
     n = max(1, int(rate * seconds))
     lat = [0.0] * n
@@ -144,7 +148,7 @@ def bench_append(args: argparse.Namespace) -> int:
     root = Path(tempfile.mkdtemp(prefix="bench-append-"))
     res: dict[str, Any] = {"entries": entries, "entry_bytes": args.entry_bytes}
     progress = StepProgress("bench append", ("latency", "throughput", "metrics cost", *(("secured",) * args.tls),
-                                             "redis"))
+                                             *(("tenants cost",) * args.tenants), "redis"))
     with Sandbox(root / "cluster", 3, bookie_settings={"gc_interval_ms": 3_600_000}) as sb:
         with LedgerClient(sb.connect_string, config=ClientConfig()) as client:
             pids = [b.proc.pid for b in sb.bookies if b.proc is not None]
@@ -173,6 +177,10 @@ def bench_append(args: argparse.Namespace) -> int:
     if args.tls:
         res.update(_secured_runs(root / "secure", entries, seconds, args.entry_bytes))
         progress.step("secured")
+    if args.tenants:
+        res["tenants_cost"] = tenants_cost(root / "tenants", entries, seconds, args.entry_bytes,
+                                           rounds=2 if args.quick else 4)
+        progress.step("tenants cost")
     res["peer_redis"] = redis_peer(root / "redis", 5.0 if args.quick else 10.0, args.entry_bytes)
     progress.step("redis")
     progress.close()
@@ -263,6 +271,7 @@ def _report(res: dict[str, Any]) -> None:
           f"{m['best_entries_per_s']['off']:,.0f} entries/s at best; bookies' CPU per entry "
           f"{m['median_bookies_cpu_us_per_entry']['on']:.1f} vs {m['median_bookies_cpu_us_per_entry']['off']:.1f} us "
           f"(median): metrics cost {m['cost_percent']:+.1f}%")
+    report_tenants(res)
     h = res["host_round_trip"]
     steals = ", ".join(f"{res[k]['host_steal_share']:.0%}" for k in
                        ("E3Qw3Qa2_at_1000", "E3Qw2Qa2_at_1000", "E3Qw3Qa2_at_1000_grpc"))
@@ -285,6 +294,7 @@ def _report(res: dict[str, Any]) -> None:
         goals[f">= {GOAL_PEER_RATIO}x the peer"] = best >= GOAL_PEER_RATIO * peer_rate
     goals[f"metrics cost < {GOAL_METRICS_COST_PERCENT}% of the bookies' CPU per entry"] = \
         res["metrics_cost"]["cost_percent"] < GOAL_METRICS_COST_PERCENT
+    goals.update(tenants_goal(res))
     res["goals"] = goals
     floors = [f"{what} p99 was {res[key]['p99_ms']:.2f} ms" for what, key in
               (("the disk's fdatasync", "host_fdatasync"), ("a bare round trip", "host_round_trip"))

@@ -14,8 +14,9 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 @pytest.mark.parametrize("which", ["bookie", "append", "stream"])
 def test_bench_quick_runs_and_writes_json(tmp_path, which):
     out = tmp_path / f"{which}.json"
-    r = subprocess.run([sys.executable, "-m", "spark_bookie.cli", "bench", which, "--quick", "--json", str(out)],
-                       capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    extra = ["--tenants"] if which == "append" else []   # append: also the tenant checks' cost, same run
+    r = subprocess.run([sys.executable, "-m", "spark_bookie.cli", "bench", which, "--quick", *extra,
+                        "--json", str(out)], capture_output=True, text=True, timeout=900, cwd=tmp_path)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     data = json.loads(out.read_text())
     assert data["goals"] and all(line in r.stdout for line in ("goal ",))
@@ -36,6 +37,10 @@ def test_bench_quick_runs_and_writes_json(tmp_path, which):
         assert 0 <= data["E3Qw3Qa2_at_1000"]["host_steal_share"] < 1
         m = data["metrics_cost"]   # metrics on and off, same run
         assert len(m["runs"]["on"]) == len(m["runs"]["off"]) >= 2 and "metrics on vs off" in r.stdout
+        t = data["tenants_cost"]   # tenant checks on and off, same run, alternating
+        assert len(t["runs"]["checks"]) == len(t["runs"]["plain"]) >= 2 and "tenant checks on" in r.stdout
+        assert 0 < t["at_1000"]["checks"]["p50_ms"] <= t["at_1000"]["checks"]["p99_ms"]
+        assert any(goal.startswith("tenant checks cost") for goal in data["goals"])
     assert not list(tmp_path.glob("bench-*/cluster"))  # temporary clusters are removed
 
 
