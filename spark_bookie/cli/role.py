@@ -68,8 +68,8 @@ def cmd_create(client: LedgerClient, args: argparse.Namespace) -> int:
         token = mint_role_token(key, args.name, args.role_claim, ttl_s)   # checks the name, claim and lifetime
         _authorize(client, args)   # before anything is written
         base = client_config(args.client_conf) if args.client_conf else None   # as written, no overrides
-        path = write_role_config(args.out, base, token, force=args.force, tls_cert_path=args.tls_cert,
-                                 tls_key_path=args.tls_key)
+        cert, key_path = (os.path.abspath(p) if p else None for p in (args.tls_cert, args.tls_key))
+        path = write_role_config(args.out, base, token, force=args.force, tls_cert_path=cert, tls_key_path=key_path)
     except RoleConfigError as e:
         raise ShellError(str(e)) from e
     until = datetime.fromtimestamp(time.time() + ttl_s, tz=UTC).isoformat(timespec="seconds")
@@ -94,7 +94,8 @@ def add_role_parser(p: argparse.ArgumentParser) -> None:
     c.add_argument("--token-secret", metavar="PATH",
                    help="the cluster's HS256 token secret file (default $SPARK_BOOKIE_TOKEN_SECRET)")
     c.add_argument("--token-private-key", metavar="PATH", help="or its RS256 private key (PEM)")
-    c.add_argument("--tls-cert", metavar="PATH", help="the role's client certificate (mTLS), with --tls-key")
+    c.add_argument("--tls-cert", metavar="PATH", help="the role's client certificate (mTLS), with --tls-key "
+                   "(written as absolute paths)")
     c.add_argument("--tls-key", metavar="PATH")
     c.add_argument("--force", action="store_true", help="replace PATH if it exists")
     c.set_defaults(shell_func=cmd_create, admin_required=False, shell_prog=PROG)

@@ -170,3 +170,17 @@ def test_role_create_without_a_key_says_how_to_give_one(cli, monkeypatch):
     monkeypatch.delenv("SPARK_BOOKIE_TOKEN_SECRET", raising=False)
     failed(cli("root", "role", "create", "x", "--out", str(cli.tmp / "x.toml")), "spark-bookie role",
            "token key", "SPARK_BOOKIE_TOKEN_SECRET")
+
+
+def test_the_roles_own_client_certificate_is_written_with_absolute_paths(cli, monkeypatch):
+    monkeypatch.chdir(cli.tmp)
+    for name in ("ca.pem", "role.pem", "role-key.pem"):
+        (cli.tmp / name).write_text("x")
+    conf = Path(cli.confs["root"])
+    conf.write_text(conf.read_text() + f'tls_ca_path = "{cli.tmp / "ca.pem"}"\n')
+    code, _, err = cli("root", "role", "create", "billing", "--out", "billing.toml", "--token-secret",
+                       str(cli.secret), "--tls-cert", "role.pem", "--tls-key", "role-key.pem")
+    assert code == 0, err
+    cfg = ClientConfig.from_toml(cli.tmp / "billing.toml")
+    assert (cfg.tls_cert_path, cfg.tls_key_path) == (str(cli.tmp / "role.pem"), str(cli.tmp / "role-key.pem"))
+    assert cfg.tls_ca_path == str(cli.tmp / "ca.pem")
