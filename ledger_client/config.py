@@ -38,6 +38,7 @@ class ClientConfig:
     bookie_read_transport: str = "tcp"        # range and listed reads: "tcp" (the same port) or "grpc" (ReadRange)
     placement_seed: int | None = None         # seed of the placement randomness (tests, simulation)
     zk_auth: str | None = None                # "user:password": ZooKeeper digest credentials (secured clusters)
+    zk_member_auth: str | None = None         # "members:password": a role's shared ZooKeeper credentials (tenants)
     auth_token: str | None = None             # a signed JWT the bookies accept (docs/security.md)
     auth_token_file: str | None = None        # or a file holding it, re-read when it changes (rotation)
     tls_ca_path: str | None = None            # PEM CA bundle the bookies' certificates must chain to: TLS on
@@ -57,6 +58,11 @@ class ClientConfig:
         if self.zk_auth is not None and (not isinstance(self.zk_auth, str) or ":" not in self.zk_auth
                                          or self.zk_auth.startswith(":") or self.zk_auth.endswith(":")):
             raise IncorrectParameterError("zk_auth must be 'user:password' with both parts non-empty")
+        if self.zk_member_auth is not None and (
+                not isinstance(self.zk_member_auth, str) or ":" not in self.zk_member_auth
+                or self.zk_member_auth.startswith(":") or self.zk_member_auth.endswith(":") or self.zk_auth is None):
+            raise IncorrectParameterError("zk_member_auth must be 'user:password' with both parts non-empty, "
+                                          "beside a zk_auth of the role's own")
         if self.auth_token is not None and self.auth_token_file is not None:
             raise IncorrectParameterError("give auth_token or auth_token_file, not both")
         if (self.tls_cert_path is None) != (self.tls_key_path is None):

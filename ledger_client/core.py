@@ -72,7 +72,8 @@ class LedgerCore:
             with metadata_errors(f"connect to {zk}"):
                 metadata_store = connect_metadata(zk, session_timeout_ms=self.config.zk_session_timeout_ms,
                                                   connect_timeout_ms=self.config.zk_connect_timeout_ms,
-                                                  zk_auth=self.config.zk_auth, zk_tls=self.config.zookeeper_tls())
+                                                  zk_auth=self.config.zk_auth, zk_tls=self.config.zookeeper_tls(),
+                                                  zk_member_auth=self.config.zk_member_auth)
         self.store: MetadataStore = metadata_store
         with metadata_errors("watch bookies"):
             self.registry = BookieRegistry(self.store)
@@ -285,7 +286,11 @@ class LedgerCore:
         """The ledger's metadata and its znode version (for a CAS that must start from it)."""
         if not isinstance(ledger_id, int) or ledger_id < 0:
             raise errors.IncorrectParameterError(f"ledger id must be a non-negative int, not {ledger_id!r}")
-        with metadata_errors(f"read ledger {ledger_id}", missing_ledger=True):
+        caller = self.caller
+        who = f"role {caller.subject!r}" if caller is not None else "this client (no token)"
+        denied = (f"{who} may not read ledger {ledger_id}: it is neither the ledger's creator nor granted "
+                  "'consume' or 'produce' on its namespace")
+        with metadata_errors(f"read ledger {ledger_id}", missing_ledger=True, denied=denied):
             return self.store.ledgers.read_ledger_metadata(ledger_id)
 
     # ------------------------------------------------------------------ lifecycle

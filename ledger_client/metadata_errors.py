@@ -59,9 +59,15 @@ def client_error(e: MetadataError, what: str, *, missing_ledger: bool = False,
 
 @contextmanager
 def metadata_errors(what: str, *, missing_ledger: bool = False,
-                    exists: type[errors.LedgerError] | None = None) -> Iterator[None]:
-    """Run a store call; its failure comes out as ``client_error`` says, the store's chained."""
+                    exists: type[errors.LedgerError] | None = None, denied: str | None = None) -> Iterator[None]:
+    """Run a store call; its failure comes out as ``client_error`` says, the store's chained.
+    ``denied``: what a refusal by ZooKeeper's ACLs means here (with tenants: which role lacks which
+    permission on what), said instead of ZooKeeper's own words."""
     try:
         yield
+    except MetadataAccessDeniedError as e:
+        if denied is None:
+            raise client_error(e, what, missing_ledger=missing_ledger, exists=exists) from e
+        raise errors.UnauthorizedAccessError(f"{denied} (ZooKeeper refused to {what})") from e
     except MetadataError as e:
         raise client_error(e, what, missing_ledger=missing_ledger, exists=exists) from e

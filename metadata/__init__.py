@@ -96,6 +96,7 @@ def connect(
     op_timeout_ms: int | None = None,
     zk_auth: str | None = None,
     zk_tls: ZkTls | None = None,
+    zk_member_auth: str | None = None,
 ) -> MetadataStore:
     """Open a store for a connect string: ``host:port[,...][/root]`` or ``zk://...`` for ZooKeeper,
     ``memory://NAME[/root]`` for the process-wide in-memory ensemble NAME (tests, notebooks).
@@ -119,4 +120,5 @@ def connect(
         op_timeout_ms=op_timeout_ms,
         zk_auth=zk_auth,
         zk_tls=zk_tls,
+        zk_member_auth=zk_member_auth,
     )

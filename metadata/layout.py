@@ -24,6 +24,7 @@ LAYOUT = "LAYOUT"
 UNDERREPLICATION = "underreplication"
 IDGEN = "idgen"
 IDGEN_LONG = "idgen-long"
+DELETED = "deleted"  # markers of ledgers a role deleted, for a bookie to remove (metadata.ledgers)
 APPS = "apps"  # data of programs that run the cluster (not BookKeeper's; see ZkLayout.app)
 LEDGER_NODE_PREFIX = "L"
 

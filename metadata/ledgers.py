@@ -11,9 +11,16 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 
-from metadata.errors import BadVersionError, MetadataError, NodeExistsError, NoNodeError, NotEmptyError
-from metadata.layout import ZkLayout, is_bucket_name, is_ledger_node_name
-from metadata.model import LedgerMetadata, decode, encode
+from metadata.errors import (
+    BadVersionError,
+    MetadataAccessDeniedError,
+    MetadataError,
+    NodeExistsError,
+    NoNodeError,
+    NotEmptyError,
+)
+from metadata.layout import DELETED, ZkLayout, is_bucket_name, is_ledger_node_name
+from metadata.model import TOMBSTONE, LedgerMetadata, decode, encode
 from metadata.nodes import Nodes
 from metadata.watches import LedgerWatch, LedgerWatchCallback, LedgerWatchState, WatchKeeper
 
@@ -140,7 +147,7 @@ class LedgerStore:
         """read_ledger_node for many ledgers, in order, in one round trip (a scan of every ledger,
         the auditor's, then costs one round trip per batch, not one per ledger)."""
         got = self._nodes.get_many([self._paths.ledger(lid) for lid in ledger_ids])
-        return [None if g is None else (g[0], g[1]) for g in got]
+        return [None if g is None or g[0].startswith(TOMBSTONE) else (g[0], g[1]) for g in got]
 
     def write_ledger_node(self, ledger_id: int, data: bytes, version: int) -> int:
         """CAS-update the ledger's metadata node; returns the new version.
@@ -160,12 +167,49 @@ class LedgerStore:
         path = self._paths.ledger(ledger_id)
         try:
             self._nodes.delete(path, version, retry=False)
+        except MetadataAccessDeniedError:
+            if not self._nodes.tenant_acls_active():
+                raise
+            self._mark_deleted(ledger_id, path, version)
         except NoNodeError as e:
             raise NoNodeError(f"ledger {ledger_id} does not exist ({path})") from e
         except BadVersionError as e:
             raise BadVersionError(f"ledger {ledger_id} changed since version {version} ({path})") from e
         except NotEmptyError as e:
             raise MetadataError(f"ledger {ledger_id} has children ({path})") from e
+
+    def _mark_deleted(self, ledger_id: int, path: str, version: int) -> None:
+        """A role may write its ledger's node but not delete it (ZooKeeper checks a delete against
+        the parent, which every member shares): write the tombstone, which every reader takes for
+        absent, and leave a marker for a bookie to remove the node (:meth:`reap_deleted`)."""
+        got = self._nodes.get(path)
+        if got is None or got[0].startswith(TOMBSTONE):
+            raise NoNodeError(f"ledger {ledger_id} does not exist ({path})")
+        try:
+            self._nodes.set(path, TOMBSTONE, got[1] if version < 0 else version, retry=False)
+        except BadVersionError as e:
+            raise BadVersionError(f"ledger {ledger_id} changed since version {version} ({path})") from e
+        try:
+            self._nodes.create(f"{self._paths.root}/{DELETED}/{ledger_id}", makepath=True)
+        except NodeExistsError:
+            pass
+
+    def reap_deleted(self) -> int:
+        """Remove the nodes of ledgers marked deleted (a bookie's GC does, as the superuser); a
+        marker naming a ledger that is not a tombstone is dropped. How many nodes went."""
+        parent = f"{self._paths.root}/{DELETED}"
+        reaped = 0
+        for name in self._nodes.children(parent) or []:
+            try:
+                lid = int(name)
+                got = self._nodes.get(self._paths.ledger(lid))
+                if got is not None and got[0].startswith(TOMBSTONE):
+                    self._nodes.delete(self._paths.ledger(lid), got[1], retry=False)
+                    reaped += 1
+                self._nodes.delete(f"{parent}/{name}", retry=False)
+            except (ValueError, NoNodeError, BadVersionError, NotEmptyError):
+                continue
+        return reaped
 
     # -- typed metadata (the raw nodes hold :func:`metadata.model.encode` bytes) -----------------
     def create_ledger_metadata(self, md: LedgerMetadata) -> int:

@@ -30,6 +30,9 @@ from metadata.errors import InvalidMetadataError
 from metadata.layout import MAX_LEDGER_ID
 
 MAGIC = b"SBLM"
+#: What a ledger's node holds once a role without DELETE on its parent deleted it (tenants: see
+#: metadata.zk.tenant_acl); read as absent, removed by a bookie.
+TOMBSTONE = b"SBLD"
 CURRENT_FORMAT_VERSION = 1
 _HEADER = struct.Struct(">4sH")
 PASSWORD_HASH_BYTES = 20  # SHA-1

@@ -186,6 +186,23 @@ class Nodes(abc.ABC):
         """Put this session's digest ACL on ``root`` and every node below it; returns how many
         nodes were changed."""
 
+    def tenant_acls_active(self) -> bool:
+        """Whether the per-tenant ACL scheme is on (metadata.zk.tenant_acl; the twin has no ACLs)."""
+        return False
+
+    def apply_tenant_acls(self, paths: list[str]) -> int:
+        """Give each node the ACL the tenant scheme gives it now; how many were set."""
+        return 0
+
+    def enable_tenant_acls(self, root: str, member_auth: str) -> int:
+        """Turn the tenant ACL scheme on under ``root``; how many nodes were set."""
+        return 0
+
+    def register_role(self, root: str, role: str, role_auth: str) -> None:
+        """Record a role's public ZooKeeper identity so ACLs can name it (the twin has no ACLs:
+        nothing to record)."""
+        return None
+
     @abc.abstractmethod
     def close_session(self) -> bool:
         """Refuse every further call (StoreClosedError); False if it was closed already. The

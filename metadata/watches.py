@@ -17,7 +17,7 @@ from functools import partial
 from typing import Any
 
 from metadata.errors import InvalidMetadataError, MetadataError, NoNodeError, StoreClosedError
-from metadata.model import LedgerMetadata, decode
+from metadata.model import TOMBSTONE, LedgerMetadata, decode
 from metadata.nodes import Nodes
 from metadata.session import SessionEvent, SessionWorker
 
@@ -55,7 +55,7 @@ class LedgerWatchState:
         with self._lock:
             if not self._active:
                 return
-            if data is None:
+            if data is None or data.startswith(TOMBSTONE):   # deleted, or marked deleted (tenants)
                 self._active = False
                 md: LedgerMetadata | None = None
                 version = -1

@@ -25,7 +25,7 @@ from .meta import check_names, now_ms
 from .reader import StreamReader
 from .segments import apply_retention, live_end
 from .settings import NamespaceSettings
-from .tenants import create_public_tenant, require_manage, require_namespace, require_tenant_admin
+from .tenants import create_public_tenant, denied_namespace, require_manage, require_namespace, require_tenant_admin
 from .writer import StreamWriter
 
 STREAM_INFO_TRIES = 3   # reads of a stream whose in-progress segment's ledger vanished meanwhile
@@ -132,6 +132,7 @@ class Namespace:
             raise errors.IncorrectParameterError(f"grant on namespace {self.name!r}: {e}") from e
         with metadata_errors(f"grant {role} on namespace {self.name}"):
             self.client.store.tenants.update_access(self.name, lambda a: a.granted(role, change.actions_of(role)))
+            self.client.store.tenants.reapply_acls(self.name)
         self.refresh()
 
     def revoke_permission(self, role: str) -> None:
@@ -140,6 +141,7 @@ class Namespace:
         require_manage(self.client, self.name, f"revoke permissions on namespace {self.name!r}")
         with metadata_errors(f"revoke {role} on namespace {self.name}"):
             self.client.store.tenants.update_access(self.name, lambda a: a.revoked(role))
+            self.client.store.tenants.reapply_acls(self.name)
         self.refresh()
 
     def permissions(self) -> dict[str, frozenset[str]]:
@@ -258,7 +260,7 @@ def create_namespace(client: LedgerClient, name: str, tenant: str = PUBLIC_TENAN
 
 def get_namespace(client: LedgerClient, name: str) -> Namespace:
     check_names((name, "namespace"))
-    with metadata_errors(f"read namespace {name}"):
+    with metadata_errors(f"read namespace {name}", denied=denied_namespace(client, name)):
         got = client.store.streams.read_namespace(name)
         if got is None:
             raise errors.NoSuchNamespaceError(f"namespace {name!r} does not exist")

@@ -46,8 +46,15 @@ def _admins(client: LedgerCore, tenant: str) -> frozenset[str] | None:
     return None if got is None else got[0].admin_roles
 
 
+def denied_namespace(client: LedgerCore, ns: str) -> str:
+    """What ZooKeeper refusing a namespace's node to this client means (DESIGN §4.9)."""
+    caller = client.caller
+    who = f"role {caller.subject!r}" if caller is not None else "this client (no token)"
+    return f"{who} has no permission on namespace {ns!r} (neither 'consume' nor 'produce')"
+
+
 def _access(client: LedgerCore, ns: str) -> NamespaceAccess:
-    with metadata_errors(f"read namespace {ns}"):
+    with metadata_errors(f"read namespace {ns}", denied=denied_namespace(client, ns)):
         got = client.store.tenants.read_access(ns)
     if got is None:
         raise errors.NoSuchNamespaceError(f"namespace {ns!r} does not exist")
@@ -123,6 +130,8 @@ def update_tenant(client: LedgerCore, name: str, admin_roles: list[str] | tuple[
         if got is None:
             raise errors.NoSuchTenantError(f"tenant {name!r} does not exist")
         client.store.tenants.write_tenant(name, TenantDoc(roles), got[1])
+        for ns in tenant_namespaces(client, name):   # its admins' ZooKeeper ACLs (tenant scheme)
+            client.store.tenants.reapply_acls(ns)
 
 
 def list_tenants(client: LedgerCore) -> list[str]:

@@ -15,8 +15,8 @@ from collections.abc import Callable
 from metadata.errors import BadVersionError, MetadataError, MetadataUpdateConflictError, NodeExistsError, NoNodeError
 from metadata.layout import ZkLayout
 from metadata.nodes import Nodes, Wake
-from metadata.streams.model import check_name, decode_access, decode_settings, encode_settings
-from metadata.streams.store import STREAMS, NamespaceGoneError
+from metadata.streams.model import check_name, decode_access, decode_segment, decode_settings, encode_settings
+from metadata.streams.store import SEGMENTS, STREAMS, NamespaceGoneError
 from metadata.tenancy.model import NamespaceAccess, TenantDoc
 
 TENANTS = "tenants"
@@ -91,6 +91,41 @@ class TenantStore:
         if got is None:
             return None
         return NamespaceAccess.from_json(decode_access(got[0], f"namespace {ns}"), f"namespace {ns}")
+
+    def enable_zk_acls(self, member_auth: str) -> int:
+        """Turn the per-tenant ZooKeeper ACLs on (this session: the superuser's zk_auth), with
+        ``member_auth`` the members' credentials every role's client config carries; how many
+        nodes were given their ACL."""
+        return self._nodes.enable_tenant_acls(self._paths.root, member_auth)
+
+    def register_role(self, role: str, role_auth: str) -> None:
+        """Record the role's ZooKeeper identity (its public digest) so that grants can name it in
+        ACLs; NodeExistsError when registered already (a role's credentials never change)."""
+        self._nodes.register_role(self._paths.root, role, role_auth)
+
+    def reapply_acls(self, ns: str) -> int:
+        """Give the namespace's nodes and its segments' ledgers the ZooKeeper ACLs its grants give
+        now (metadata.zk.tenant_acl; nothing to do without the tenant scheme); how many were set.
+        Parents come before their children, so a creator racing the walk inherits nothing stale
+        from a parent already done."""
+        if not self._nodes.tenant_acls_active():
+            return 0
+        top = self.namespace_path(ns)
+        paths, stack = [], [top]
+        ledgers: set[int] = set()
+        while stack:
+            path = stack.pop()
+            paths.append(path)
+            kids = self._nodes.children(path) or []
+            stack.extend(f"{path}/{k}" for k in sorted(kids, reverse=True))
+            if path.rsplit("/", 2)[-2:-1] == [SEGMENTS]:
+                got = self._nodes.get(path)
+                if got is not None:
+                    lid = decode_segment(got[0], path).ledger_id
+                    if lid is not None:
+                        ledgers.add(lid)
+        paths += [self._paths.ledger(lid) for lid in sorted(ledgers)]
+        return self._nodes.apply_tenant_acls(paths)
 
     def update_access(self, ns: str, change: Callable[[NamespaceAccess], NamespaceAccess]) -> NamespaceAccess:
         """Apply the pure ``change`` to the namespace's access by CAS on its znode (the settings

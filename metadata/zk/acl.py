@@ -31,13 +31,19 @@ def parse_zk_auth(zk_auth: str) -> tuple[str, str]:
     return user, password
 
 
-def client_options(zk_auth: str | None) -> dict[str, Any]:
+def client_options(zk_auth: str | None, member_auth: str | None = None) -> dict[str, Any]:
     """KazooClient keyword arguments: the credentials added to the session, and the ACL every
-    node it creates gets (kazoo applies ``default_acl`` to creates, parents and multi-ops alike)."""
+    node it creates gets (kazoo applies ``default_acl`` to creates, parents and multi-ops alike;
+    with the tenant scheme on, metadata.zk.tenant_acl gives each create its own). ``member_auth``:
+    the members' credentials, added beside a role's own (metadata.zk.tenant_acl)."""
     if zk_auth is None:
         return {}
     user, password = parse_zk_auth(zk_auth)
-    return {"auth_data": [(AUTH_SCHEME, zk_auth)], "default_acl": [make_digest_acl(user, password, all=True)]}
+    auth = [(AUTH_SCHEME, zk_auth)]
+    if member_auth is not None:
+        parse_zk_auth(member_auth)
+        auth.append((AUTH_SCHEME, member_auth))
+    return {"auth_data": auth, "default_acl": [make_digest_acl(user, password, all=True)]}
 
 
 def secured_acl(zk_auth: str) -> list[ACL]:

@@ -40,6 +40,7 @@ from metadata.session import SessionEvent, SessionWorker
 from metadata.tls import ZkTls
 from metadata.zk.acl import client_options, secured_acl, walk
 from metadata.zk.handler import PollingHandler
+from metadata.zk.tenant_acl import ROLES, SECURITY, STRUCTURE, TenantAclPolicy, digest_id, security_doc
 
 log = logging.getLogger(__name__)
 
@@ -87,8 +88,10 @@ class ZkNodes(Nodes):
     retry_s = 1.0
 
     def __init__(self, info: ConnectInfo, *, session_timeout_ms: int, op_timeout_ms: int | None,
-                 zk_auth: str | None, zk_tls: ZkTls | None = None) -> None:
-        acl_options = client_options(zk_auth)   # checked before anything starts
+                 zk_auth: str | None, zk_tls: ZkTls | None = None, zk_member_auth: str | None = None) -> None:
+        """``zk_member_auth``: the members' credentials a role's session adds to its own
+        (metadata.zk.tenant_acl)."""
+        acl_options = client_options(zk_auth, zk_member_auth)   # checked before anything starts
         tls_options = _tls_options(zk_tls)
         self.connect_info = info
         self._zk_auth = zk_auth
@@ -107,6 +110,7 @@ class ZkNodes(Nodes):
             **tls_options,
         )
         self._client.add_listener(self._on_state)
+        self._policy = TenantAclPolicy(info.root, self._read_plain)
 
     def thread_name(self, role: str) -> str:
         return f"zk-metadata{role}[{self.connect_info.hosts_string}]"
@@ -315,9 +319,31 @@ class ZkNodes(Nodes):
     # -- writes --------------------------------------------------------------------------------
     def create(self, path: str, data: bytes = b"", *, ephemeral: bool = False, sequential: bool = False,
                makepath: bool = False, retry: bool = True) -> str:
-        start = partial(self._client.create_async, path, data, ephemeral=ephemeral, sequence=sequential,
-                        makepath=makepath)
+        acl = self._policy.acl_for(path, data)
+        if acl is not None and makepath:   # each parent gets its own ACL, not the new node's
+            self._make_parents(path)
+        start = partial(self._client.create_async, path, data, acl=acl, ephemeral=ephemeral, sequence=sequential,
+                        makepath=makepath and acl is None)
         return str(self._call("create", path, start, idempotent=retry))
+
+    def _make_parents(self, path: str) -> None:
+        parts = path.strip("/").split("/")[:-1]
+        for i in range(1, len(parts) + 1):
+            parent = "/" + "/".join(parts[:i])
+            if self._read_plain(parent) is not None:
+                continue
+            try:
+                self._call("create", parent, partial(self._client.create_async, parent, b"",
+                                                     acl=self._policy.acl_for(parent)))
+            except NodeExistsError:
+                pass
+
+    def _read_plain(self, path: str) -> bytes | None:
+        """A node's data, or None when it is absent (or this session may not read it)."""
+        try:
+            return bytes(self._call("read", path, partial(self._client.get_async, path))[0])
+        except (NoNodeError, MetadataAccessDeniedError):
+            return None
 
     def set(self, path: str, data: bytes, version: int = -1, *, retry: bool = True) -> int:
         stat = self._call("update", path, partial(self._client.set_async, path, data, version=version),
@@ -336,7 +362,8 @@ class ZkNodes(Nodes):
         starts: list[Callable[[], Any]] = []
         for op in ops:
             if op.kind == "create":
-                starts.append(partial(self._client.create_async, op.path, op.data, ephemeral=op.ephemeral))
+                starts.append(partial(self._client.create_async, op.path, op.data, ephemeral=op.ephemeral,
+                                      acl=self._policy.acl_for(op.path, op.data)))
             elif op.kind == "get":
                 starts.append(partial(self._client.get_async, op.path))
             elif op.kind == "delete":
@@ -362,11 +389,13 @@ class ZkNodes(Nodes):
         return out
 
     def multi(self, groups: list[list[Op]], *, retry: bool) -> list[MultiOpFailed | None]:
+        acls = {op.path: self._policy.acl_for(op.path, op.data) for ops in groups for op in ops if op.kind == "create"}
+
         def start(ops: list[Op]) -> Any:
             tx = self._client.transaction()
             for op in ops:
                 if op.kind == "create":
-                    tx.create(op.path, op.data, ephemeral=op.ephemeral)
+                    tx.create(op.path, op.data, ephemeral=op.ephemeral, acl=acls[op.path])
                 elif op.kind == "set":
                     tx.set_data(op.path, op.data, version=op.version)
                 elif op.kind == "delete":
@@ -398,6 +427,66 @@ class ZkNodes(Nodes):
         return out
 
     # -- administration ----------------------------------------------------------------------------
+    def tenant_acls_active(self) -> bool:
+        return self._policy.active()
+
+    def apply_tenant_acls(self, paths: list[str]) -> int:
+        """Set on each node the ACL the tenant scheme gives it now (after a grant or revoke);
+        how many were set. Nodes gone meanwhile are skipped."""
+        if not self._policy.active():
+            return 0
+        done = 0
+        for path in paths:
+            data = self._read_plain(path)
+            acl = self._policy.acl_for(path, data or b"") if data is not None else None
+            if acl is None:
+                continue
+            try:
+                self._call("set the ACL of", path, partial(self._client.set_acls_async, path, acl))
+                done += 1
+            except NoNodeError:
+                continue
+        return done
+
+    def enable_tenant_acls(self, root: str, member_auth: str) -> int:
+        """Turn the tenant scheme on (this session holds the superuser's zk_auth): record the
+        superuser's and the members' digests in ``<root>/SECURITY`` and give every node under the
+        root the ACL the scheme gives it. Idempotent; returns how many nodes were set."""
+        if self._zk_auth is None:
+            raise InvalidConnectStringError("the tenant ACLs need zk_auth (the superuser's credentials)")
+        doc = security_doc(self._zk_auth, member_auth)
+        path = f"{root.rstrip('/')}/{SECURITY}"
+        try:
+            self.create(path, doc)
+        except NodeExistsError:
+            self.set(path, doc)
+        self._policy.forget()
+        for name in STRUCTURE:   # parents members create under, which only the superuser may create
+            try:
+                self.create(f"{root.rstrip('/')}/{name}")
+            except NodeExistsError:
+                pass
+        deadline = time.monotonic() + max(self._op_timeout_s, 600.0)
+
+        def children(p: str) -> list[str]:
+            try:
+                return list(self._call("list", p, partial(self._client.get_children_async, p), deadline=deadline))
+            except NoNodeError:
+                return []
+
+        with self.deadline():
+            return self.apply_tenant_acls(walk(children, root))
+
+    def register_role(self, root: str, role: str, role_auth: str) -> None:
+        """Record a role's public digest (``<root>/roles/<role>``) so ACLs can name it;
+        NodeExistsError when the role is registered already."""
+        parent = f"{root.rstrip('/')}/{ROLES}"
+        try:
+            self.create(parent)
+        except NodeExistsError:
+            pass
+        self.create(f"{parent}/{role}", digest_id(role_auth).encode())
+
     def secure_tree(self, root: str) -> int:
         """Put this session's digest ACL on ``root`` and every node under it (an open cluster
         becomes a secured one). Ephemeral registrations are included: they are re-created with

@@ -30,11 +30,13 @@ class ZkMetadataStore(MetadataStore):
         op_timeout_ms: int | None = None,
         zk_auth: str | None = None,
         zk_tls: ZkTls | None = None,
+        zk_member_auth: str | None = None,
     ) -> None:
         info = parse_connect_string(connect_string)
         self.connect_info = info
         super().__init__(ZkNodes(info, session_timeout_ms=session_timeout_ms, op_timeout_ms=op_timeout_ms,
-                                 zk_auth=zk_auth, zk_tls=zk_tls), ZkLayout(info.root))
+                                 zk_auth=zk_auth, zk_tls=zk_tls, zk_member_auth=zk_member_auth),
+                         ZkLayout(info.root))
         try:
             self.nodes.start(connect_timeout_ms)
         except BaseException:

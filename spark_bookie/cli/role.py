@@ -19,6 +19,7 @@ import os
 import sys
 import time
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from spark_bookie.cli.common import zk_default
@@ -57,7 +58,14 @@ def cmd_create(client: LedgerClient, args: argparse.Namespace) -> int:
     from ledger_client.stream.meta import check_names
     from spark_bookie.cli.common import client_config
     from spark_bookie.errors import ShellError
-    from spark_bookie.local.roles import ENV_TOKEN_SECRET, RoleConfigError, TokenKey, mint_role_token, write_role_config
+    from spark_bookie.local.roles import (
+        ENV_TOKEN_SECRET,
+        RoleConfigError,
+        TokenKey,
+        mint_role_token,
+        register_zk_identity,
+        write_role_config,
+    )
 
     try:
         if args.tenant is not None:
@@ -69,7 +77,11 @@ def cmd_create(client: LedgerClient, args: argparse.Namespace) -> int:
         _authorize(client, args)   # before anything is written
         base = client_config(args.client_conf) if args.client_conf else None   # as written, no overrides
         cert, key_path = (os.path.abspath(p) if p else None for p in (args.tls_cert, args.tls_key))
-        path = write_role_config(args.out, base, token, force=args.force, tls_cert_path=cert, tls_key_path=key_path)
+        if Path(args.out).exists() and not args.force:   # before a ZooKeeper identity is registered for nothing
+            raise RoleConfigError(f"{args.out} exists; --force replaces it")
+        zk_auth = register_zk_identity(client.store, args.name, base)
+        path = write_role_config(args.out, base, token, force=args.force, tls_cert_path=cert, tls_key_path=key_path,
+                                 zk_auth=zk_auth)
     except RoleConfigError as e:
         raise ShellError(str(e)) from e
     until = datetime.fromtimestamp(time.time() + ttl_s, tz=UTC).isoformat(timespec="seconds")

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from metadata import MetadataStore
 from spark_bookie.local.hosts import NETNS, Host, Hosts
-from spark_bookie.local.sandbox import BookieProcess, SandboxError, connect_as_bookies, stop_cluster
+from spark_bookie.local.sandbox import BookieProcess, SandboxError, connect_as_bookies, init_layout, stop_cluster
 from spark_bookie.local.secure import SecureSandboxFiles, load_secure_files, sandbox_secure_files
 
 if TYPE_CHECKING:
@@ -110,7 +110,7 @@ class MultiHostCluster:
                                         tls=self.secure_files.zookeeper_tls() if self.secure_files else None)
             self.zk.start()
             self.store = connect_as_bookies(self.connect_string, self.settings)
-            self.store.cluster.init_cluster()
+            init_layout(self.store, self.settings)
             for host in list(self.hosts)[: self.bookie_hosts]:
                 self.add_bookie(host, wait=False)
             for b in self.bookies:

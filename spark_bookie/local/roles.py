@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 import os
+import secrets
 import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
@@ -26,6 +27,7 @@ from typing import TYPE_CHECKING
 
 from ledger_client import ClientConfig
 from ledger_client.errors import IncorrectParameterError
+from metadata import MetadataAccessDeniedError, NodeExistsError
 from metadata.tenancy import SERVICE_ROLE, check_role
 from spark_bookie.errors import ConfigError
 from spark_bookie.server.auth import mint_token
@@ -90,9 +92,11 @@ def mint_role_token(key: TokenKey, role: str, role_claim: str = "client",
 
 
 def role_client_settings(base: ClientConfig | None, token: str, tls_cert_path: str | None = None,
-                         tls_key_path: str | None = None) -> dict[str, object]:
+                         tls_key_path: str | None = None, zk_auth: str | None = None) -> dict[str, object]:
     """The ``[client]`` table of the role: ``base``'s settings but its maker's credentials, the
-    token, and the role's own client certificate if given; checked as ClientConfig checks it."""
+    token, the role's own client certificate if given, and its own ZooKeeper identity
+    (``zk_auth``, with the tenant ACLs on: see metadata.zk.tenant_acl); checked as ClientConfig
+    checks it."""
     default = ClientConfig()
     values: dict[str, object] = {}
     if base is not None:
@@ -101,6 +105,8 @@ def role_client_settings(base: ClientConfig | None, token: str, tls_cert_path: s
             if f.name not in MAKER_FIELDS and v is not None and v != getattr(default, f.name):
                 values[f.name] = v
     values["auth_token"] = token
+    if zk_auth is not None:
+        values["zk_auth"] = zk_auth
     if tls_cert_path or tls_key_path:
         values.update(tls_cert_path=tls_cert_path, tls_key_path=tls_key_path)
     try:
@@ -165,10 +171,32 @@ def write_private(path: str | Path, text: str, force: bool = False) -> Path:
 
 
 def write_role_config(path: str | Path, base: ClientConfig | None, token: str, *, force: bool = False,
-                      tls_cert_path: str | None = None, tls_key_path: str | None = None) -> Path:
+                      tls_cert_path: str | None = None, tls_key_path: str | None = None,
+                      zk_auth: str | None = None) -> Path:
     """The role's ``[client]`` TOML at ``path`` (0600), loadable with ``ClientConfig.from_toml``."""
-    values = role_client_settings(base, token, tls_cert_path, tls_key_path)
+    values = role_client_settings(base, token, tls_cert_path, tls_key_path, zk_auth)
     return write_private(path, client_toml(values), force)
+
+
+def register_zk_identity(store: MetadataStore, role: str, base: ClientConfig | None) -> str | None:
+    """With the per-tenant ZooKeeper ACLs on, the role's own ZooKeeper credentials, registered
+    (its public digest in ``<root>/roles``) so grants name it in ACLs; None when the scheme is
+    off (the role then uses its maker's ZooKeeper credentials, as every client of the cluster)."""
+    if not store.nodes.tenant_acls_active():
+        return None
+    if base is None or not base.zk_member_auth:
+        raise RoleConfigError("this cluster keeps tenants apart in ZooKeeper: the maker's client config must "
+                              "hold zk_member_auth (the members' credentials every role's config carries)")
+    zk_auth = f"{role}:{secrets.token_urlsafe(24)}"
+    try:
+        store.tenants.register_role(role, zk_auth)
+    except NodeExistsError as e:
+        raise RoleConfigError(f"role {role!r} has ZooKeeper credentials already (a role's never change): "
+                              "its existing config keeps working; a new config needs a new role name") from e
+    except MetadataAccessDeniedError as e:
+        raise RoleConfigError("registering a role's ZooKeeper identity takes the cluster's superuser ZooKeeper "
+                              "credentials (zk_auth of a superuser's client config)") from e
+    return zk_auth
 
 
 def foreign_role_refusal(store: MetadataStore, role: str, tenant: str | None) -> str | None:

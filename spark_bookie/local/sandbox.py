@@ -189,6 +189,21 @@ def connect_as_bookies(connect_string: str, settings: dict[str, Any]) -> Metadat
     return connect_metadata(connect_string, zk_auth=settings.get("zk_auth") or None, zk_tls=zk_tls_from(settings))
 
 
+def init_layout(store: MetadataStore, settings: dict[str, Any]) -> None:
+    """Create the cluster's layout; when the bookies' client config names the members' ZooKeeper
+    credentials (a secured sandbox's does), turn the per-tenant ZooKeeper ACLs on too (DESIGN
+    §4.9), so roles made with `spark-bookie role create` are kept apart by ZooKeeper itself."""
+    store.cluster.init_cluster()
+    conf = settings.get("client_conf")
+    if not conf:
+        return
+    import tomllib
+
+    member_auth = tomllib.loads(Path(conf).read_text()).get("client", {}).get("zk_member_auth")
+    if member_auth:
+        store.tenants.enable_zk_acls(member_auth)
+
+
 def stop_cluster(bookies: Sequence[BookieProcess], store: MetadataStore | None, zk: EmbeddedZooKeeper | None) -> None:
     """Bookies gracefully (one failing to stop does not keep the others running), then the
     metadata session, then ZooKeeper: the order that leaves no bookie without its ZooKeeper."""
@@ -239,7 +254,7 @@ class Sandbox:
         if self.zk is not None:
             self.zk.start()
         self.store = connect_as_bookies(self.connect_string, self.settings)
-        self.store.cluster.init_cluster()
+        init_layout(self.store, self.settings)
         for _ in range(self._count):
             self.add_bookie(wait=False)
         for b in self.bookies:
@@ -368,7 +383,7 @@ class SparkSandbox:
         if self.zk is not None:
             self.zk.start()
         self.store = connect_as_bookies(self.connect_string, self.settings)
-        self.store.cluster.init_cluster()
+        init_layout(self.store, self.settings)
         self.base_port = self._base_port or free_port_range(self.bookies)
         env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": self.python,
                "PYSPARK_DRIVER_PYTHON": self.python, **self.env}

@@ -89,10 +89,12 @@ def make_secure_files(directory: Path, subject: str = "sandbox-admin", bookie_ho
     secret_path = _private(directory / "token-secret", secret)
     token_path = _private(directory / "token", mint_token(secret, subject, "admin", TOKEN_TTL_S).encode())
     zk_auth = f"spark-bookie:{secrets.token_hex(12)}"
+    member_auth = f"members:{secrets.token_hex(12)}"   # roles' shared ZooKeeper identity (tenants)
     conf = "\n".join([
         "# written by `spark-bookie sandbox --secure`: the credentials of this sandbox (docs/security.md)",
         "[client]",
         f'zk_auth = "{zk_auth}"',
+        f'zk_member_auth = "{member_auth}"',
         f'auth_token_file = "{token_path}"',
         f'tls_ca_path = "{ca_path}"',
         f'tls_cert_path = "{client.cert_path}"',

@@ -328,6 +328,9 @@ class Bookie:
 
     def _live_ledgers(self) -> set[int] | None:
         try:
+            reaped = self.metadata.ledgers.reap_deleted()   # ledgers roles deleted (tenants' tombstones)
+            if reaped:
+                log.info("removed the metadata of %d ledgers deleted by their roles", reaped)
             return self.metadata.ledgers.ledger_ids()
         except MetadataError as e:
             log.warning("GC skipped: ledger list unavailable (%s)", e)

@@ -171,7 +171,7 @@ def test_sandbox_secure_prints_a_client_config_that_is_the_only_way_in(tmp_path)
             w.close()
             assert c.open_ledger(w.ledger_id, password=b"pw").read(0, 0)[0].data == b"secure sandbox"
         with pytest.raises(errors.UnauthorizedAccessError):   # TLS but no zk_auth: ZooKeeper's ACL refuses
-            LedgerClient(zk, config=dataclasses.replace(cfg, zk_auth=None)).close()
+            LedgerClient(zk, config=dataclasses.replace(cfg, zk_auth=None, zk_member_auth=None)).close()
         with pytest.raises(errors.MetadataServiceError):   # the credentials but no TLS: no port to reach
             LedgerClient(zk, config=ClientConfig(zk_auth=cfg.zk_auth, zk_connect_timeout_ms=2_000)).close()
         shell = _cli("shell", "--zk", zk, "listbookies", client_conf=conf)
