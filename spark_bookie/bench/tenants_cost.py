@@ -65,16 +65,15 @@ def _clusters(root: Path) -> Iterator[dict[str, tuple[Any, list[int], str]]]:
 
 
 def tenants_cost(root: Path, entries: int, seconds: float, size: int, rounds: int) -> dict[str, Any]:
-    """The two sides' latency at 1,000/s once each, then `rounds` saturated runs of each side,
-    alternating which goes first; medians of CPU per entry, best and median entries/s."""
+    """Each side warmed up and its latency at 1,000/s measured once, then `rounds` saturated runs
+    of each side, alternating which goes first; medians of CPU per entry, best and median entries/s."""
     from spark_bookie.bench.append import _latency_at_rate, _throughput
 
     with _clusters(root) as sides:
-        for client, pids, ns in sides.values():
-            _throughput(client, CFG, min(entries, 5_000), size, pids, namespace=ns)   # warm-up
         at_1000 = {}
-        for name in SIDES:
+        for name in SIDES:   # each side's latency right after its own warm-up, so both start alike
             client, pids, ns = sides[name]
+            _throughput(client, CFG, min(entries, 5_000), size, pids, namespace=ns)
             at_1000[name] = _latency_at_rate(client, CFG, 1000.0, seconds, size, pids, namespace=ns)
         runs: dict[str, list[dict[str, float]]] = {name: [] for name in SIDES}
         host0 = cpu_times()
