@@ -92,10 +92,10 @@ class _Processor:
     def __init__(self) -> None:
         self.batches: list[pb.AddBatch] = []
 
-    def process_adds(self, batch: pb.AddBatch, reply: Any, flush: Any = None) -> None:
+    def process_adds(self, batch: pb.AddBatch, reply: Any, flush: Any = None, caller: Any = None) -> None:
         self.batches.append(batch)
 
-    async def read_range(self, req: pb.ReadRangeRequest) -> pb.ReadRangeResponse:
+    async def read_range(self, req: pb.ReadRangeRequest, caller: Any = None) -> pb.ReadRangeResponse:
         return pb.ReadRangeResponse(status=pb.ENOLEDGER, ledger_id=req.ledger_id)
 
 
