@@ -219,10 +219,12 @@ class StreamSinkStreamWriter(DataSourceStreamArrowWriter):
 
 
 def _checked_build(options: Mapping[str, str], schema: StructType, overwrite: bool) -> SinkOptions:
-    """Options parsed and the namespace checked on the driver, so bad input fails before any task."""
+    """Options parsed and the namespace checked on the driver, so bad input fails before any task.
+    A role without ``produce`` on the namespace is refused here: its tasks would create ledgers in
+    the namespace that the bookies then refuse to fill and its client may not delete (orphans)."""
     if overwrite:
         raise IncorrectParameterError("a stream is append-only: use mode('append'), not overwrite")
     opts = SinkOptions.parse(options, schema)
     with connect(opts) as client:
-        client.namespace(opts.namespace)   # NoSuchNamespaceError now, not in every task
+        client.namespace(opts.namespace).require("produce")   # NoSuchNamespaceError, UnauthorizedAccessError now
     return opts
