@@ -303,8 +303,11 @@ def add_shell_parser(p: argparse.ArgumentParser, zk_default: str) -> None:
     c = _command(sub, "decommission", cmd_decommission,
                  "move every ledger off a bookie, then delete its cookie", json_flag=True, admin=True)
     add_drain_arguments(c, force=False)
-    _command(sub, "secure-metadata", cmd_secure_metadata,
-             "put the --client-conf's zk_auth digest ACL on the root and every node under it")
+    c = _command(sub, "secure-metadata", cmd_secure_metadata,
+                 "put the --client-conf's zk_auth digest ACL on the root and every node under it")
+    c.add_argument("--tenants", action="store_true",
+                   help="then keep tenants apart in ZooKeeper too: per-role ACLs, with the members' "
+                        "credentials of the --client-conf's zk_member_auth (docs/security.md)")
     c = _command(sub, "migrate-tenants", cmd_migrate_tenants,
                  "put a cluster from before tenants under them: namespaces into tenant public, segment "
                  "ledgers stamped with their namespace (superusers)", json_flag=True, admin=True)
@@ -323,6 +326,11 @@ def cmd_secure_metadata(client: LedgerClient, args: argparse.Namespace) -> int:
         raise ShellError("secure-metadata needs zk_auth in the client config (--client-conf or "
                          "$SPARK_BOOKIE_CLIENT_CONF): the credentials to grant")
     print(f"secured {client.store.cluster.secure_tree()} znodes under {args.zk}")
+    if args.tenants:
+        if not client.config.zk_member_auth:
+            raise ShellError("secure-metadata --tenants needs zk_member_auth in the client config: the members' "
+                             "credentials every role's config will carry")
+        print(f"per-tenant ACLs on {client.store.tenants.enable_zk_acls(client.config.zk_member_auth)} znodes")
     return 0
 
 

@@ -196,7 +196,21 @@ def register_zk_identity(store: MetadataStore, role: str, base: ClientConfig | N
     except MetadataAccessDeniedError as e:
         raise RoleConfigError("registering a role's ZooKeeper identity takes the cluster's superuser ZooKeeper "
                               "credentials (zk_auth of a superuser's client config)") from e
+    for ns in _namespaces_naming(store, role):   # grants made before the role existed now reach ZooKeeper
+        store.tenants.reapply_acls(ns)
     return zk_auth
+
+
+def _namespaces_naming(store: MetadataStore, role: str) -> list[str]:
+    """The namespaces that grant ``role`` something or whose tenant it administers."""
+    admins_of = {t: got[0].admin_roles for t in store.tenants.list_tenants()
+                 if (got := store.tenants.read_tenant(t)) is not None}
+    out = []
+    for ns in store.streams.list_namespaces():
+        got = store.tenants.read_access(ns)
+        if got is not None and (role in got[0].permissions or role in admins_of.get(got[0].tenant, frozenset())):
+            out.append(ns)
+    return out
 
 
 def foreign_role_refusal(store: MetadataStore, role: str, tenant: str | None) -> str | None:

@@ -67,17 +67,18 @@ def role_conf(zk: str, maker: Path, secure: Path, role: str, out: Path, *extra: 
 def test_a_role_without_a_grant_is_refused_everywhere_on_a_secure_sandbox(sandbox, tmp_path):
     zk, root_conf, secure = sandbox
     assert cli(root_conf, "tenant", "--zk", zk, "create", "acme", "--admin-roles", "acme-admin").returncode == 0
-    confs = {r: role_conf(zk, root_conf, secure, r, tmp_path / f"{r}.toml") for r in ("acme-admin", "billing",
-                                                                                     "intruder")}
-    for r, path in confs.items():   # each role its own ZooKeeper identity, beside the members'
-        cfg = ClientConfig.from_toml(path)
-        assert cfg.zk_auth.startswith(f"{r}:") and cfg.zk_member_auth and cfg.zk_tls
+    confs = {r: role_conf(zk, root_conf, secure, r, tmp_path / f"{r}.toml") for r in ("acme-admin", "intruder")}
     admin = confs["acme-admin"]
     done = cli(admin, "stream", "--zk", zk, "create-namespace", "payments", "--tenant", "acme", "--ensemble", "2",
                "--write-quorum", "2", "--ack-quorum", "2")
     assert done.returncode == 0, done.stderr
     done = cli(admin, "stream", "--zk", zk, "grant", "payments", "billing", "--actions", "produce,consume")
     assert done.returncode == 0, done.stderr
+    # billing's config is made after its grant: its new ZooKeeper identity reaches the namespace's ACLs
+    confs["billing"] = role_conf(zk, root_conf, secure, "billing", tmp_path / "billing.toml")
+    for r, path in confs.items():   # each role its own ZooKeeper identity, beside the members'
+        cfg = ClientConfig.from_toml(path)
+        assert cfg.zk_auth.startswith(f"{r}:") and cfg.zk_member_auth and cfg.zk_tls
     lines = "".join(f"order-{i}\n" for i in range(40))
     done = cli(confs["billing"], "stream", "--zk", zk, "write", "payments/orders", stdin=lines)
     assert done.returncode == 0, done.stderr

@@ -6,6 +6,8 @@ skip every check the client makes."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import uuid
 from pathlib import Path
 
@@ -49,13 +51,17 @@ def sb(zk_server, tmp_path_factory):
     secret = Path(root) / "secret"
     secret.write_bytes(SECRET)
     conf = Path(root) / "root.toml"
-    conf.write_text(f'[client]\nzk_auth = "{SUPER}"\nauth_token = "{mint_token(SECRET, "root", "admin", 3600)}"\n')
+    conf.write_text(f'[client]\nzk_auth = "{SUPER}"\nzk_member_auth = "{MEMBERS}"\n'
+                    f'auth_token = "{mint_token(SECRET, "root", "admin", 3600)}"\n')
     s = Sandbox(root / "cluster", 2, zk_connect=f"{zk_server}/t-{uuid.uuid4().hex[:12]}/ledgers",
                 bookie_settings={"zk_session_timeout_ms": 4000, "gc_interval_ms": 1_000, "auth_enabled": True,
                                  "auth_token_secret_path": str(secret), "zk_auth": SUPER, "client_conf": str(conf)})
     s.start()
+    done = subprocess.run([sys.executable, "-m", "spark_bookie.cli", "--client-conf", str(conf), "shell", "--zk",
+                           s.connect_string, "secure-metadata", "--tenants"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and "per-tenant ACLs on" in done.stdout, done.stderr
     with LedgerClient(s.connect_string, config=config("root")) as c:
-        assert c.store.tenants.enable_zk_acls(MEMBERS) > 5
         for role in ("acme-admin", "billing", "intruder"):
             c.store.tenants.register_role(role, ROLES[role][1])
         c.create_tenant("acme", admin_roles=["acme-admin"])
