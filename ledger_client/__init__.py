@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from .stream.namespace import Namespace, SegmentInfo, StreamInfo
     from .stream.reader import StreamReader
     from .stream.settings import NamespaceSettings
+    from .stream.tenants import TenantInfo
     from .stream.writer import StreamWriter
     from .write_handle import WriteHandle
 
@@ -40,7 +41,7 @@ _EXPORTS = {
     "DLSN": ".stream.dlsn", "LogRecord": ".stream.dlsn", "Namespace": ".stream.namespace",
     "NamespaceSettings": ".stream.settings", "StreamInfo": ".stream.namespace", "SegmentInfo": ".stream.namespace",
     "StreamReader": ".stream.reader", "StreamWriter": ".stream.writer", "AsyncNamespace": ".stream.aio",
-    "AsyncStreamReader": ".stream.aio", "AsyncStreamWriter": ".stream.aio",
+    "AsyncStreamReader": ".stream.aio", "AsyncStreamWriter": ".stream.aio", "TenantInfo": ".stream.tenants",
 }
 
 __all__ = sorted([*_EXPORTS, "errors"])

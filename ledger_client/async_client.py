@@ -19,6 +19,7 @@ from .entry import LedgerEntry
 from .protocol.framing import DigestType
 from .read_handle import ReadHandle
 from .stream.aio import AsyncNamespace
+from .stream.tenants import TenantInfo
 from .write_handle import WriteHandle
 
 if TYPE_CHECKING:
@@ -117,8 +118,24 @@ class AsyncLedgerClient:
         return await asyncio.to_thread(self.sync.ledger_metadata, ledger_id)
 
     # -- streams (DESIGN §4.5) ----------------------------------------------------------------
-    async def create_namespace(self, name: str, **settings: Any) -> AsyncNamespace:
-        return AsyncNamespace(await asyncio.to_thread(lambda: self.sync.create_namespace(name, **settings)))
+    async def create_namespace(self, name: str, tenant: str = "public", **settings: Any) -> AsyncNamespace:
+        return AsyncNamespace(await asyncio.to_thread(lambda: self.sync.create_namespace(name, tenant, **settings)))
+
+    # -- tenants (DESIGN §4.9) ----------------------------------------------------------------
+    async def create_tenant(self, name: str, admin_roles: list[str] | tuple[str, ...] = ()) -> None:
+        await asyncio.to_thread(self.sync.create_tenant, name, admin_roles)
+
+    async def update_tenant(self, name: str, admin_roles: list[str] | tuple[str, ...]) -> None:
+        await asyncio.to_thread(self.sync.update_tenant, name, admin_roles)
+
+    async def list_tenants(self) -> list[str]:
+        return await asyncio.to_thread(self.sync.list_tenants)
+
+    async def tenant_info(self, name: str) -> TenantInfo:
+        return await asyncio.to_thread(self.sync.tenant_info, name)
+
+    async def delete_tenant(self, name: str) -> None:
+        await asyncio.to_thread(self.sync.delete_tenant, name)
 
     async def namespace(self, name: str) -> AsyncNamespace:
         return AsyncNamespace(await asyncio.to_thread(self.sync.namespace, name))

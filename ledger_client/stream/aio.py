@@ -5,7 +5,7 @@ async iterators, so an event loop never waits for a quorum or a long poll."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from typing import Any
 
 from .. import errors
@@ -87,6 +87,15 @@ class AsyncNamespace:
 
     async def update_settings(self, **changes: Any) -> NamespaceSettings:
         return await asyncio.to_thread(lambda: self.sync.update_settings(**changes))
+
+    async def grant_permission(self, role: str, actions: Iterable[str]) -> None:
+        await asyncio.to_thread(self.sync.grant_permission, role, list(actions))
+
+    async def revoke_permission(self, role: str) -> None:
+        await asyncio.to_thread(self.sync.revoke_permission, role)
+
+    async def permissions(self) -> dict[str, frozenset[str]]:
+        return await asyncio.to_thread(self.sync.permissions)
 
     async def create_stream(self, name: str) -> None:
         await asyncio.to_thread(self.sync.create_stream, name)

@@ -308,3 +308,29 @@ def test_migration_brings_a_cluster_from_before_tenants_under_them_without_losin
         with bc:
             assert bc.read_range(segments[0], 0, 0).status == pb.EUA
             assert bc.read_range(lw.ledger_id, 0, 0).status == pb.EUA
+
+
+def test_the_async_client_keeps_the_same_rules(sb):
+    import asyncio
+
+    from ledger_client import AsyncLedgerClient, TenantInfo
+
+    async def run() -> None:
+        cfg = ClientConfig(auth_token=token("acme-admin"), operation_timeout_ms=15_000)
+        async with AsyncLedgerClient(sb.connect_string, config=cfg) as c:
+            ns = await c.namespace("payments")
+            await ns.grant_permission("async-reader", ["consume"])
+            assert (await ns.permissions())["async-reader"] == {"consume"}
+            await ns.revoke_permission("async-reader")
+            info = await c.tenant_info("acme")
+            assert isinstance(info, TenantInfo) and "payments" in info.namespaces
+        cfg = ClientConfig(auth_token=token("intruder"), operation_timeout_ms=15_000)
+        async with AsyncLedgerClient(sb.connect_string, config=cfg) as c:
+            with pytest.raises(errors.UnauthorizedAccessError, match="intruder"):
+                await (await c.namespace("payments")).open_reader("orders")
+            with pytest.raises(errors.UnauthorizedAccessError, match="intruder"):
+                await c.create_tenant("evil")
+            with pytest.raises(errors.UnauthorizedAccessError, match="intruder"):
+                await c.create_namespace("mine", tenant="acme")
+
+    asyncio.run(run())
