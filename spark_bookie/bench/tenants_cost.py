@@ -67,7 +67,8 @@ def _clusters(root: Path) -> Iterator[dict[str, tuple[Any, list[int], str]]]:
 def tenants_cost(root: Path, entries: int, seconds: float, size: int, rounds: int) -> dict[str, Any]:
     """Each side warmed up and its latency at 1,000/s measured once, then `rounds` saturated runs
     of each side, alternating which goes first; medians of CPU per entry, best and median entries/s."""
-    from spark_bookie.bench.append import _latency_at_rate, _throughput
+    from spark_bookie.bench.append_runs import latency_at_rate as _latency_at_rate
+    from spark_bookie.bench.append_runs import throughput as _throughput
 
     with _clusters(root) as sides:
         at_1000 = {}
