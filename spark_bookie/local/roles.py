@@ -203,12 +203,13 @@ def register_zk_identity(store: MetadataStore, role: str, base: ClientConfig | N
 
 def _namespaces_naming(store: MetadataStore, role: str) -> list[str]:
     """The namespaces that grant ``role`` something or whose tenant it administers."""
-    admins_of = {t: got[0].admin_roles for t in store.tenants.list_tenants()
-                 if (got := store.tenants.read_tenant(t)) is not None}
+    admins_of = {t: doc[0].admin_roles for t in store.tenants.list_tenants()
+                 if (doc := store.tenants.read_tenant(t)) is not None}
     out = []
     for ns in store.streams.list_namespaces():
-        got = store.tenants.read_access(ns)
-        if got is not None and (role in got[0].permissions or role in admins_of.get(got[0].tenant, frozenset())):
+        access = store.tenants.read_access(ns)
+        if access is not None and (role in access[0].permissions
+                                   or role in admins_of.get(access[0].tenant, frozenset())):
             out.append(ns)
     return out
 

@@ -22,6 +22,7 @@ from spark_bookie.local.zookeeper import ZooKeeperServerTls
 from spark_bookie.server.auth import mint_token
 
 TOKEN_TTL_S = 30 * 86_400.0
+SERVICE_SUBJECT = "bookie-service"   # the bookies' replication workers and auditor (role claim service)
 ZK_KEY_STORE = "zookeeper-keystore.pem"   # ZooKeeper's private key and certificate, one PEM (its key store)
 LOOPBACK = ("127.0.0.1", "localhost")
 
@@ -43,6 +44,7 @@ class SecureSandboxFiles:
     client_conf_path: Path
     zk_auth: str
     zookeeper_key_store: Path | None = None   # set: ZooKeeper serves TLS only, and everyone uses it
+    service_conf_path: Path | None = None     # the bookies' own client config: the service identity (§4.9)
 
     def bookie_settings(self) -> dict[str, Any]:
         """The bookie configuration keys that turn on TLS (mTLS), tokens and ZooKeeper ACLs, and
@@ -51,7 +53,7 @@ class SecureSandboxFiles:
             "zk_auth": self.zk_auth, "auth_enabled": True, "auth_token_secret_path": str(self.token_secret_path),
             "tls_enabled": True, "tls_certificate_path": str(self.bookie_cert_path),
             "tls_key_path": str(self.bookie_key_path), "tls_trust_store_path": str(self.ca_path),
-            "tls_client_authentication": True, "client_conf": str(self.client_conf_path)}
+            "tls_client_authentication": True, "client_conf": str(self.service_conf_path or self.client_conf_path)}
         if self.zookeeper_key_store is not None:
             settings.update({"zk_tls": True, "zk_tls_ca_path": str(self.ca_path)})
         return settings
@@ -90,18 +92,23 @@ def make_secure_files(directory: Path, subject: str = "sandbox-admin", bookie_ho
     token_path = _private(directory / "token", mint_token(secret, subject, "admin", TOKEN_TTL_S).encode())
     zk_auth = f"spark-bookie:{secrets.token_hex(12)}"
     member_auth = f"members:{secrets.token_hex(12)}"   # roles' shared ZooKeeper identity (tenants)
-    conf = "\n".join([
-        "# written by `spark-bookie sandbox --secure`: the credentials of this sandbox (docs/security.md)",
-        "[client]",
-        f'zk_auth = "{zk_auth}"',
-        f'zk_member_auth = "{member_auth}"',
-        f'auth_token_file = "{token_path}"',
-        f'tls_ca_path = "{ca_path}"',
-        f'tls_cert_path = "{client.cert_path}"',
-        f'tls_key_path = "{client.key_path}"', *(["zk_tls = true"] if key_store else []), ""])
-    conf_path = _private(directory / "client.toml", conf.encode())
+    def conf(token: Path, who: str) -> bytes:
+        return "\n".join([
+            f"# written by `spark-bookie sandbox --secure`: {who} (docs/security.md)",
+            "[client]",
+            f'zk_auth = "{zk_auth}"',
+            f'zk_member_auth = "{member_auth}"',
+            f'auth_token_file = "{token}"',
+            f'tls_ca_path = "{ca_path}"',
+            f'tls_cert_path = "{client.cert_path}"',
+            f'tls_key_path = "{client.key_path}"', *(["zk_tls = true"] if key_store else []), ""]).encode()
+
+    conf_path = _private(directory / "client.toml", conf(token_path, "the superuser's credentials of this sandbox"))
+    service_token = _private(directory / "service-token", mint_token(secret, SERVICE_SUBJECT, "service",
+                                                                     TOKEN_TTL_S).encode())
+    service_conf = _private(directory / "service.toml", conf(service_token, "its bookies' own (service) identity"))
     return SecureSandboxFiles(directory, ca_path, bookie.cert_path, bookie.key_path, client.cert_path,
-                              client.key_path, secret_path, token_path, conf_path, zk_auth, key_store)
+                              client.key_path, secret_path, token_path, conf_path, zk_auth, key_store, service_conf)
 
 
 def sandbox_secure_files(root: str | Path, bookie_hosts: tuple[str, ...] = (),
@@ -136,9 +143,13 @@ def load_secure_files(root: str | Path) -> SecureSandboxFiles:
     if key_store is not None and not key_store.is_file():
         raise SecureFilesError(f"the secured sandbox's files in {directory} are incomplete (no {ZK_KEY_STORE})")
     token_path = _private(directory / "token", mint_token(secret, "sandbox-admin", "admin", TOKEN_TTL_S).encode())
+    service_conf = directory / "service.toml"   # older sandboxes have none: their bookies use client.toml
+    if service_conf.is_file():
+        _private(directory / "service-token", mint_token(secret, SERVICE_SUBJECT, "service", TOKEN_TTL_S).encode())
     return SecureSandboxFiles(directory, directory / "ca.pem", directory / "bookie.pem", directory / "bookie-key.pem",
                               directory / "client.pem", directory / "client-key.pem", directory / "token-secret",
-                              token_path, directory / "client.toml", str(zk_auth), key_store)
+                              token_path, directory / "client.toml", str(zk_auth), key_store,
+                              service_conf if service_conf.is_file() else None)
 
 
 def _private(path: Path, data: bytes) -> Path:
