@@ -27,6 +27,7 @@ from concurrent.futures import Executor
 from typing import Any
 
 from metadata import MetadataError, MetadataStore, NoNodeError
+from metadata.layout import MAX_LEDGER_ID
 from metadata.tenancy import Caller, NamespaceAccess, authorize
 
 log = logging.getLogger(__name__)
@@ -121,6 +122,8 @@ class AccessGate:
                          access=access, tenant_admins=admins)
 
     def _ledger_owner(self, ledger_id: int) -> tuple[str, str] | None:
+        if not 0 <= ledger_id <= MAX_LEDGER_ID:   # no ledger has such an id (and no znode path): refused
+            return None
         got = self._ledgers.get(ledger_id)
         if got is not None:
             return got
