@@ -223,3 +223,33 @@ def test_a_secure_cluster_on_hosts_serves_its_client_config_across_hosts(multiho
 
     with LedgerClient(zk, config=ClientConfig.from_toml(files.client_conf_path)) as c:
         assert list(c.list_ledgers()) == []   # simpletest deleted its ledgers; the refused one wrote none
+        c.create_tenant("acme")
+        c.create_namespace("payments", tenant="acme").grant_permission("billing", ["produce", "consume"])
+    _tenants_across_hosts(cluster, files, other)
+
+
+def _tenants_across_hosts(cluster, files, other: Host) -> None:
+    """Tenants on hosts (DESIGN §4.9): roles made with `role create` on the gateway write and read
+    from another host where granted, and are refused by name where not."""
+    zk = cluster.connect_string
+    confs = {}
+    for role in ("billing", "intruder"):
+        confs[role] = files.directory / f"{role}.toml"
+        done = subprocess.run([sys.executable, "-m", "spark_bookie.cli", "--client-conf", str(files.client_conf_path),
+                               "role", "--zk", zk, "create", role, "--out", str(confs[role]), "--token-secret",
+                               str(files.token_secret_path), "--tls-cert", str(files.client_cert_path),
+                               "--tls-key", str(files.client_key_path)], capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+
+    def stream(role: str, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(other.wrap([sys.executable, "-m", "spark_bookie.cli", "--client-conf", str(confs[role]),
+                                          "stream", "--zk", zk, *args]),
+                              capture_output=True, text=True, timeout=120, input=stdin)
+
+    done = stream("billing", "write", "payments/orders", stdin="".join(f"o-{i}\n" for i in range(20)))
+    assert done.returncode == 0, done.stderr
+    for args in (("tail", "payments/orders", "--no-follow"), ("write", "payments/orders")):
+        done = stream("intruder", *args, stdin="planted\n")
+        assert done.returncode == 2 and "intruder" in done.stderr, (args, done.stderr)
+    done = stream("billing", "tail", "payments/orders", "--no-follow")
+    assert [line.split()[-1] for line in done.stdout.splitlines()] == [f"o-{i}" for i in range(20)], done.stderr
