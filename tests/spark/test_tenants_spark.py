@@ -8,9 +8,10 @@ reads, writes, compactions and tierings fail with an error naming the role, the 
 missing action, and change nothing; its executors' reads are refused by the bookies themselves,
 not only by its own client.
 
-ZooKeeper's per-tenant ACLs (metadata.zk.tenant_acl) are left off here: every role holds the
-cluster's ZooKeeper credentials, as on a cluster secured before them, so what keeps the outsider
-out is the clients' checks and the bookies', each of which must hold on its own."""
+Every role's config here carries the sandbox's own ZooKeeper credentials (the cluster's superuser
+there), so ZooKeeper's per-tenant ACLs (metadata.zk.tenant_acl) do not stand in the outsider's way,
+as on a cluster secured before them: what keeps it out is the clients' checks and the bookies',
+each of which must hold on its own."""
 
 from __future__ import annotations
 
@@ -56,9 +57,6 @@ def cluster(zk_server: str, tmp_path_factory: pytest.TempPathFactory) -> Iterato
 
     root = Path(tmp_path_factory.mktemp("tenants-spark"))
     files = make_secure_files(root / "secure")
-    conf = files.client_conf_path.read_text()   # without the members' credentials: no per-tenant ZooKeeper ACLs
-    files.client_conf_path.write_text("".join(line for line in conf.splitlines(keepends=True)
-                                              if not line.startswith("zk_member_auth")))
     secret = files.token_secret_path.read_bytes().strip()
     sb = Sandbox(root / "cluster", 2, zk_connect=f"{zk_server}/t-{uuid.uuid4().hex[:12]}/ledgers",
                  bookie_settings={"zk_session_timeout_ms": 4000, "gc_interval_ms": 3_600_000,
