@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Self
 
 from metadata import LedgerMetadata, LedgerState, MetadataError, MetadataStore, update_ledger
 from metadata import connect as connect_metadata
-from metadata.tenancy import CONSUME, PRODUCE, Caller, authorize
+from metadata.tenancy import CONSUME, PRODUCE, Caller, authorize, namespace_refusal
 
 from . import errors
 from .bookies import BookiePool, BookieRegistry
@@ -162,6 +162,19 @@ class LedgerCore:
         if why is not None:
             raise errors.UnauthorizedAccessError(why)
 
+    def _check_namespace_action(self, caller: Caller, namespace: str, action: str) -> None:
+        """UnauthorizedAccessError unless ``caller`` may ``action`` in ``namespace`` (a ledger made
+        there that its bookies refuse would be an orphan its maker cannot delete)."""
+        denied = f"role {caller.subject!r} has no permission on namespace {namespace!r}"
+        with metadata_errors(f"read the grants of namespace {namespace}", denied=denied):
+            got = self.store.tenants.read_access(namespace)
+            if got is None:
+                raise errors.NoSuchNamespaceError(f"namespace {namespace!r} does not exist")
+            tenant = self.store.tenants.read_tenant(got[0].tenant)
+        why = namespace_refusal(caller, action, namespace, got[0], tenant[0].admin_roles if tenant else frozenset())
+        if why is not None:
+            raise errors.UnauthorizedAccessError(why)
+
     def create_ledger(self, ensemble_size: int = 3, write_quorum_size: int = 3, ack_quorum_size: int = 2,
                       digest_type: DigestType = DigestType.CRC32C, password: bytes = b"",
                       custom_metadata: Mapping[str, bytes] | None = None, *, namespace: str = "") -> WriteHandle:
@@ -169,6 +182,8 @@ class LedgerCore:
         their own; "" = this client's role alone), recorded in its metadata for good."""
         self._check_open()
         caller = self.caller
+        if namespace and caller is not None and not caller.privileged:
+            self._check_namespace_action(caller, namespace, PRODUCE)
         _check_create_args(ensemble_size, write_quorum_size, ack_quorum_size, digest_type, password,
                            custom_metadata)
         ensemble = self.placement.new_ensemble(ensemble_size, self.registry.writable())

@@ -91,6 +91,8 @@ class BookieServicer(pb_grpc.BookieServicer):
                     self._p.process_adds(batch, reply, caller=caller)
             except (asyncio.CancelledError, grpc.RpcError):
                 pass
+            except Exception:   # a bug must not end the stream unseen: the client then times out
+                log.exception("add stream failed")
             finally:
                 state["eof"] = True
                 if state["in_flight"] == 0:

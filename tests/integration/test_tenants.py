@@ -334,3 +334,20 @@ def test_the_async_client_keeps_the_same_rules(sb):
                 await c.create_namespace("mine", tenant="acme")
 
     asyncio.run(run())
+
+
+def test_a_ledger_is_made_in_a_namespace_only_with_produce_there(sb):
+    """The client refuses before anything exists: a ledger its bookies would refuse to fill would
+    be an orphan its maker may not delete."""
+    with client(sb, "auditor") as c:
+        before = set(c.list_ledgers())
+        with pytest.raises(errors.UnauthorizedAccessError, match="'auditor'.*'produce'.*'payments'"):
+            c.create_ledger(2, 2, 2, password=PASSWORD.encode(), namespace="payments")
+        with pytest.raises(errors.NoSuchNamespaceError):
+            c.create_ledger(2, 2, 2, namespace="no-such-namespace")
+        assert set(c.list_ledgers()) == before
+    with client(sb, "billing") as c:
+        w = c.create_ledger(2, 2, 2, password=PASSWORD.encode(), namespace="payments")
+        w.append(b"in payments")
+        w.close()
+        assert c.ledger_metadata(w.ledger_id).namespace == "payments"
