@@ -149,10 +149,10 @@ class Namespace:
         access = require_manage(self.client, self.name, f"read the permissions of namespace {self.name!r}")
         return dict(access.permissions)
 
-    def require(self, action: str) -> None:
-        """UnauthorizedAccessError unless this client's role may ``action`` here (no token: nothing
-        is checked). Read fresh each time: a grant may have changed."""
-        require_namespace(self.client, self.name, action)
+    def require(self, *actions: str) -> None:
+        """UnauthorizedAccessError unless this client's role may do one of ``actions`` here (no
+        token: nothing is checked). Read fresh each time: a grant may have changed."""
+        require_namespace(self.client, self.name, *actions)
 
     def update_settings(self, **changes: object) -> NamespaceSettings:
         """Change settings (validated; CAS on what was read): they apply to new segments."""
@@ -187,9 +187,10 @@ class Namespace:
         return self.view_if_any(name) is not None
 
     def view_if_any(self, name: str) -> StreamView | None:
-        """The stream's metadata as read now, or None if it does not exist."""
+        """The stream's metadata as read now, or None if it does not exist (its readers and its
+        writers read it: either grant will do)."""
         check_names((name, "stream"))
-        self.require(CONSUME)
+        self.require(CONSUME, PRODUCE)
         with metadata_errors(f"read stream {self.name}/{name}"):
             return self.client.store.streams.read_stream(self.name, name)
 
@@ -203,6 +204,7 @@ class Namespace:
     def stream_info(self, name: str) -> StreamInfo:
         """The stream's segments and positions, the one in progress included up to the LAC the
         bookies know (read without fencing: its writer, alive or dead, is left alone)."""
+        self.require(CONSUME)
         for attempt in range(STREAM_INFO_TRIES):
             view = self.view(name)
             seg = view.in_progress

@@ -91,14 +91,17 @@ def require_manage(client: LedgerCore, ns: str, what: str) -> NamespaceAccess:
     return access
 
 
-def require_namespace(client: LedgerCore, ns: str, action: str) -> None:
+def require_namespace(client: LedgerCore, ns: str, *actions: str) -> None:
+    """UnauthorizedAccessError (naming the first action) unless this client's role may do one of
+    ``actions`` in the namespace."""
     caller = client.caller
     if caller is None or caller.privileged:
         return
     access = _access(client, ns)
-    why = namespace_refusal(caller, action, ns, access, _admins(client, access.tenant) or frozenset())
-    if why is not None:
-        raise errors.UnauthorizedAccessError(why)
+    admins = _admins(client, access.tenant) or frozenset()
+    refusals = [namespace_refusal(caller, action, ns, access, admins) for action in actions]
+    if all(why is not None for why in refusals):
+        raise errors.UnauthorizedAccessError(str(refusals[0]))
 
 
 def create_public_tenant(client: LedgerCore) -> None:

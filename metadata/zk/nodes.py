@@ -320,11 +320,15 @@ class ZkNodes(Nodes):
     def create(self, path: str, data: bytes = b"", *, ephemeral: bool = False, sequential: bool = False,
                makepath: bool = False, retry: bool = True) -> str:
         acl = self._policy.acl_for(path, data)
-        if acl is not None and makepath:   # each parent gets its own ACL, not the new node's
-            self._make_parents(path)
         start = partial(self._client.create_async, path, data, acl=acl, ephemeral=ephemeral, sequence=sequential,
                         makepath=makepath and acl is None)
-        return str(self._call("create", path, start, idempotent=retry))
+        if acl is None or not makepath:
+            return str(self._call("create", path, start, idempotent=retry))
+        try:   # parents usually exist: try first, and make them (each with its own ACL) only if not
+            return str(self._call("create", path, start, idempotent=retry))
+        except NoNodeError:
+            self._make_parents(path)
+            return str(self._call("create", path, start, idempotent=retry))
 
     def _make_parents(self, path: str) -> None:
         parts = path.strip("/").split("/")[:-1]

@@ -351,3 +351,33 @@ def test_a_ledger_is_made_in_a_namespace_only_with_produce_there(sb):
         w.append(b"in payments")
         w.close()
         assert c.ledger_metadata(w.ledger_id).namespace == "payments"
+
+
+def test_a_produce_only_role_takes_a_stream_over_from_its_crashed_writer(sb):
+    """Taking a stream over recovers the last segment, which reads it: a role with produce alone
+    may read a ledger its recovery fenced, and only that."""
+    with client(sb, "acme-admin") as c:
+        c.namespace("payments").grant_permission("ingest", ["produce"])
+    ROLES["ingest"] = "client"
+    first = client(sb, "ingest")
+    w = first.namespace("payments").open_writer("takeover")
+    acked = [w.write(b"t-%d" % i) for i in range(25)]
+    first.close()                                     # the writer dies: its segment stays in progress
+    with client(sb, "ingest") as c:
+        ns = c.namespace("payments")
+        with pytest.raises(errors.UnauthorizedAccessError, match="'ingest'.*'consume'"):
+            ns.open_reader("takeover")
+        with ns.open_writer("takeover") as w2:        # fences and recovers the dead writer's segment
+            w2.write(b"after the takeover")
+    assert len(acked) == 25
+    with client(sb, "billing") as c:
+        r = c.namespace("payments").open_reader("takeover")
+        got = [r.read_next(timeout_ms=5_000).payload for _ in range(26)]
+        r.close()
+    assert got == [b"t-%d" % i for i in range(25)] + [b"after the takeover"]
+    write_orders(sb, 5, stream="takeover-peer")      # closed cleanly by its writer: never fenced
+    with client(sb, "root") as c:
+        closed = c.namespace("payments").stream_info("takeover-peer").segments[-1].ledger_id
+    for bc in raw(sb, "ingest"):                      # produce alone reads no ledger that was not fenced
+        with bc:
+            assert bc.read_range(closed, 0, 0).status == pb.EUA

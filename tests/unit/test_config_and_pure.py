@@ -207,8 +207,8 @@ def test_client_conf_file_documents_every_key_with_its_default():
     text = (ROOT / "conf" / "client.toml").read_text()
     documented = tomllib.loads(text)["client"]
     fields = {f.name for f in dataclasses.fields(ClientConfig)}
-    unset = {"placement_seed", "zk_auth", "zk_member_auth", "auth_token", "auth_token_file", "tls_ca_path", "tls_cert_path",
-             "tls_key_path"}   # None by default: documented commented out
+    unset = {"placement_seed", "zk_auth", "zk_member_auth", "auth_token", "auth_token_file", "tls_ca_path",
+             "tls_cert_path", "tls_key_path"}   # None by default: documented commented out
     assert set(documented) | unset == fields
     for key in unset:
         assert f"# {key} =" in text, key
