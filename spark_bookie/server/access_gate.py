@@ -52,23 +52,20 @@ class AccessGate:
 
     # -- watches (backend thread: must not block) ----------------------------------------------
     def _namespace_changed(self, event: Any) -> None:
-        path = getattr(event, "path", None)
-        with self._lock:
-            if path is None:
-                self._namespaces.clear()
-                self._tenants.clear()
-            else:
-                self._namespaces.pop(path.rsplit("/", 1)[-1], None)
-            self._forget_decisions()
+        self._changed(self._namespaces, event)
 
     def _tenant_changed(self, event: Any) -> None:
+        self._changed(self._tenants, event)
+
+    def _changed(self, cache: dict[str, Any], event: Any) -> None:
+        """A watched node changed (drop it) or the connection dropped every watch (drop all)."""
         path = getattr(event, "path", None)
         with self._lock:
             if path is None:
                 self._namespaces.clear()
                 self._tenants.clear()
             else:
-                self._tenants.pop(path.rsplit("/", 1)[-1], None)
+                cache.pop(path.rsplit("/", 1)[-1], None)
             self._forget_decisions()
 
     def _forget_decisions(self) -> None:

@@ -138,49 +138,6 @@ def test_bookies_autorecovery_rereplicates_with_the_client_conf_credentials(clus
         assert len(r.read(0, 49)) == 50
 
 
-def test_sandbox_secure_prints_a_client_config_that_is_the_only_way_in(tmp_path):
-    """`spark-bookie sandbox --secure`: TLS with client certificates, tokens, ZooKeeper ACLs and
-    ZooKeeper over TLS; the printed client config writes and reads, a client without it gets
-    nothing (without TLS it does not even reach ZooKeeper: only the secure port is served). Plain
-    clients refused by the bookies: test_security_tls.py."""
-    import dataclasses
-    import re
-    import signal
-
-    from bookie_helpers import wait_until
-
-    from ledger_client import errors
-
-    out = tmp_path / "sandbox.out"
-    with open(out, "wb") as f:
-        proc = subprocess.Popen([sys.executable, "-m", "spark_bookie.cli", "sandbox", "--secure", "--bookies", "2",
-                                 "--root", str(tmp_path / "sb")], stdout=f, stderr=subprocess.STDOUT,
-                                start_new_session=True, cwd=REPO)
-    try:
-        wait_until(lambda: "press Ctrl-C" in out.read_text() or proc.poll() is not None, 120, "the sandbox")
-        text = out.read_text()
-        assert proc.poll() is None, text
-        conf = Path(re.search(r"^client config: (\S+)$", text, re.M).group(1))
-        zk = re.search(r"^export SPARK_BOOKIE_ZK=(\S+)$", text, re.M).group(1)
-        assert oct(conf.stat().st_mode & 0o777) == "0o600"
-        cfg = ClientConfig.from_toml(conf)
-        assert cfg.zk_tls
-        with LedgerClient(zk, config=cfg) as c:
-            w = c.create_ledger(ensemble_size=2, write_quorum_size=2, ack_quorum_size=2, password=b"pw")
-            w.append(b"secure sandbox")
-            w.close()
-            assert c.open_ledger(w.ledger_id, password=b"pw").read(0, 0)[0].data == b"secure sandbox"
-        with pytest.raises(errors.UnauthorizedAccessError):   # TLS but no zk_auth: ZooKeeper's ACL refuses
-            LedgerClient(zk, config=dataclasses.replace(cfg, zk_auth=None, zk_member_auth=None)).close()
-        with pytest.raises(errors.MetadataServiceError):   # the credentials but no TLS: no port to reach
-            LedgerClient(zk, config=ClientConfig(zk_auth=cfg.zk_auth, zk_connect_timeout_ms=2_000)).close()
-        shell = _cli("shell", "--zk", zk, "listbookies", client_conf=conf)
-        assert shell.returncode == 0 and len(shell.stdout.split()) == 2, shell.stdout + shell.stderr
-    finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(timeout=60)
-
-
 def test_spark_sources_read_a_secured_cluster_with_option_client_conf(cluster_factory, tmp_path):
     """The `ledger` source's client (driver and executors) takes option client_conf (or
     $SPARK_BOOKIE_CLIENT_CONF): without it a secured cluster is closed to it."""

@@ -1,11 +1,13 @@
-"""Tenants on `spark-bookie sandbox --secure`, as an operator sets them up (DESIGN §4.9): the printed
-superuser config makes a tenant, `role create` writes each role's config (its token and its own
-ZooKeeper identity), the tenant admin grants; the role without a grant is then refused on every
-path it can try (the CLI, the Python client, raw bookie requests, its own ZooKeeper session over
-TLS) while nothing changes, and the granted role reads back every record."""
+"""`spark-bookie sandbox --secure` (DESIGN §4.8), and tenants on it as an operator sets them up
+(DESIGN §4.9): the printed superuser config makes a tenant, `role create` writes each role's
+config (its token and its own ZooKeeper identity), the tenant admin grants; the role without a
+grant is then refused on every path it can try (the CLI, the Python client, raw bookie requests,
+its own ZooKeeper session over TLS) while nothing changes, and the granted role reads back every
+record. One sandbox for the module."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -54,6 +56,28 @@ def sandbox(tmp_path_factory):
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         proc.wait(timeout=60)
+
+
+def test_sandbox_secure_prints_a_client_config_that_is_the_only_way_in(sandbox):
+    """`spark-bookie sandbox --secure`: TLS with client certificates, tokens, ZooKeeper ACLs and
+    ZooKeeper over TLS; the printed client config writes and reads, a client without it gets
+    nothing (without TLS it does not even reach ZooKeeper: only the secure port is served). Plain
+    clients refused by the bookies: test_security_tls.py."""
+    zk, conf, _secure = sandbox
+    assert oct(conf.stat().st_mode & 0o777) == "0o600"
+    cfg = ClientConfig.from_toml(conf)
+    assert cfg.zk_tls
+    with LedgerClient(zk, config=cfg) as c:
+        w = c.create_ledger(ensemble_size=2, write_quorum_size=2, ack_quorum_size=2, password=b"pw")
+        w.append(b"secure sandbox")
+        w.close()
+        assert c.open_ledger(w.ledger_id, password=b"pw").read(0, 0)[0].data == b"secure sandbox"
+    with pytest.raises(errors.UnauthorizedAccessError):   # TLS but no zk_auth: ZooKeeper's ACL refuses
+        LedgerClient(zk, config=dataclasses.replace(cfg, zk_auth=None, zk_member_auth=None)).close()
+    with pytest.raises(errors.MetadataServiceError):   # the credentials but no TLS: no port to reach
+        LedgerClient(zk, config=ClientConfig(zk_auth=cfg.zk_auth, zk_connect_timeout_ms=2_000)).close()
+    shell = cli(conf, "shell", "--zk", zk, "listbookies")
+    assert shell.returncode == 0 and len(shell.stdout.split()) == 2, shell.stdout + shell.stderr
 
 
 def role_conf(zk: str, maker: Path, secure: Path, role: str, out: Path, *extra: str) -> Path:

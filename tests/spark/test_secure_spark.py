@@ -89,10 +89,14 @@ def test_spark_sandbox_secure_serves_only_the_printed_client_config(tmp_path):
             w.append(b"in an executor, over mTLS")
             w.close()
             assert c.open_ledger(w.ledger_id, password=b"pw").read(0, 0)[0].data == b"in an executor, over mTLS"
-        with pytest.raises(errors.UnauthorizedAccessError):   # no zk_auth: ZooKeeper's ACL refuses
-            LedgerClient(zk).close()
-        no_tls = ClientConfig(zk_auth=cfg.zk_auth, auth_token_file=cfg.auth_token_file, operation_timeout_ms=10_000)
-        with LedgerClient(zk, config=no_tls) as c:           # ZooKeeper yes, the bookies no
+        with pytest.raises(errors.MetadataServiceError):   # no TLS: ZooKeeper serves no plain port to reach
+            LedgerClient(zk, config=ClientConfig(zk_connect_timeout_ms=2_000)).close()
+        with pytest.raises(errors.UnauthorizedAccessError):   # TLS but no zk_auth: ZooKeeper's ACL refuses
+            LedgerClient(zk, config=ClientConfig(zk_tls=True, tls_ca_path=cfg.tls_ca_path)).close()
+        no_cert = ClientConfig(zk_auth=cfg.zk_auth, zk_member_auth=cfg.zk_member_auth, zk_tls=True,
+                               tls_ca_path=cfg.tls_ca_path, auth_token_file=cfg.auth_token_file,
+                               operation_timeout_ms=10_000)
+        with LedgerClient(zk, config=no_cert) as c:          # ZooKeeper yes, the bookies no (no client certificate)
             w = c.create_ledger(ensemble_size=2, write_quorum_size=2, ack_quorum_size=2, password=b"pw")
             with pytest.raises(errors.LedgerError):
                 w.append(b"no client certificate")
