@@ -289,7 +289,11 @@ def delete_namespace(client: LedgerClient, name: str, force: bool = False) -> No
             ns.delete_stream(s)
         except errors.NoSuchStreamError:
             pass
-    with metadata_errors(f"delete namespace {name}"):
+    # ZooKeeper checks a delete against the parent, which every member may create under: with the
+    # tenant ACLs on, only the superuser's credentials delete a namespace's node.
+    denied = (f"deleting namespace {name!r} takes a superuser's ZooKeeper credentials while ZooKeeper keeps "
+              "tenants apart (its streams are gone)")
+    with metadata_errors(f"delete namespace {name}", denied=denied):
         client.store.streams.delete_namespace(name)
 
 
