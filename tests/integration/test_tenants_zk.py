@@ -162,3 +162,13 @@ def test_a_roles_delete_marks_its_ledger_and_a_bookie_removes_the_node(sb):
         w.append(b"mine")
         w.close()
         assert c.open_ledger(w.ledger_id, b"x").read(0, 0)[0].data == b"mine"
+
+
+def test_deleting_a_namespace_takes_the_superuser_when_zookeeper_keeps_tenants_apart(sb):
+    with LedgerClient(sb.connect_string, config=config("acme-admin")) as c:
+        c.create_namespace("short-lived", tenant="acme")
+        with pytest.raises(errors.UnauthorizedAccessError, match="superuser"):
+            c.delete_namespace("short-lived")
+    with LedgerClient(sb.connect_string, config=config("root")) as c:
+        c.delete_namespace("short-lived")
+        assert "short-lived" not in c.list_namespaces()
