@@ -124,13 +124,15 @@ class TenantAclPolicy:
 
     def acl_for(self, path: str, data: bytes = b"") -> list[ACL] | None:
         """The ACL for a node created at ``path`` with ``data`` (None: the scheme is off)."""
-        if not self.active():
+        ids = self._ids if self.active() else None
+        if ids is None:
             return None
-        assert self._ids is not None
-        superuser, members = self._ids
+        superuser, members = ids
         base = [_acl(ALL, superuser)]
-        rel = path[len(self._root):].strip("/").split("/") if path.startswith(self._root) else None
-        if rel is None or rel == [""]:   # members create the ledger tree's top buckets here
+        if path != self._root and not path.startswith(self._root + "/"):   # the root's parents
+            return [*base, _acl(R, members)]
+        rel = path[len(self._root):].strip("/").split("/")
+        if rel == [""]:   # members create the ledger tree's top buckets here
             return [*base, _acl(R | C, members)]
         head = rel[0]
         if head == STREAMS:
@@ -152,7 +154,7 @@ class TenantAclPolicy:
 
     # -- namespaces and ledgers ------------------------------------------------------------------
     def _grants(self, ns: str, data: bytes | None) -> tuple[NamespaceAccess, frozenset[str]] | None:
-        if data is None:
+        if not data:   # not given (a node below the namespace's): read the namespace's
             data = self._read(f"{self._root}/{STREAMS}/{ns}")
             if data is None:
                 return None
