@@ -341,6 +341,8 @@ class WriteHandle:
             self._completer.add(completions)
             self._probes.schedule(planned, self._sm.delayed, time.monotonic())
             quorum_lost, again = self._sm.quorum_lost, self._sm.changing
+            short = self._sm.take_short()
+        self._mark_underreplicated(short)
         if fresh:
             log.warning("ledger %d: no spare bookie to replace %s; writing on without %s (%s)", self.ledger_id,
                         sorted(fresh), "them" if len(fresh) > 1 else "it",

@@ -264,8 +264,14 @@ class AddState:
 
     def delay_change(self) -> list[Completion]:
         """The change found no bookie for any planned position: its bookies stay in the
-        ensemble, delayed, and entries complete on the others' acks (whatever can now)."""
+        ensemble, delayed, and entries complete on the others' acks (whatever can now). A delayed
+        bookie that owes entries of an earlier, finished fragment is short now (`take_short`):
+        only the last fragment is revisited by a later change or the close."""
         invariant(self.changing, "no ensemble change in progress")
+        for b in self._planned:   # it owes entries of a fragment already finished: no change revisits it
+            debt = self.owed.get(b)
+            if debt is not None and debt[0] < self.last_key:
+                self._short.add(b)
         self.delayed |= self._planned
         self.failed -= self._planned
         self._skip = self.failed | self.delayed

@@ -212,7 +212,9 @@ class SimWriter:
         self.delays += 1
         self.delayed_view |= planned
         self._note_delayed(planned)
-        self._deliver(self.sm.delay_change())
+        completions = self.sm.delay_change()
+        self._mark(self.sm.take_short())   # WriteHandle._delay: owed entries of finished fragments
+        self._deliver(completions)
         if self.sm.changing:
             self.sim.at(0.01, self._change_ensemble)
 
