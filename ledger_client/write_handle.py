@@ -337,11 +337,9 @@ class WriteHandle:
             if self._error is not None:
                 return False
             fresh = planned - self._sm.delayed
-            completions = self._sm.delay_change()
-            self._completer.add(completions)
+            self._completer.add(self._sm.delay_change())
             self._probes.schedule(planned, self._sm.delayed, time.monotonic())
-            quorum_lost, again = self._sm.quorum_lost, self._sm.changing
-            short = self._sm.take_short()
+            quorum_lost, again, short = self._sm.quorum_lost, self._sm.changing, self._sm.take_short()
         self._mark_underreplicated(short)
         if fresh:
             log.warning("ledger %d: no spare bookie to replace %s; writing on without %s (%s)", self.ledger_id,
