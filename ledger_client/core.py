@@ -149,14 +149,11 @@ class LedgerCore:
         caller = self.caller
         if caller is None or caller.privileged:
             return
-        access, admins = None, frozenset[str]()
+        got = None
         if md.namespace:
             with metadata_errors(f"read the grants of namespace {md.namespace}"):
-                got = self.store.tenants.read_access(md.namespace)
-                if got is not None:
-                    access = got[0]
-                    tenant = self.store.tenants.read_tenant(access.tenant)
-                    admins = tenant[0].admin_roles if tenant is not None else frozenset()
+                got = self.store.tenants.read_grants(md.namespace)
+        access, admins = got if got is not None else (None, frozenset[str]())
         why = authorize(caller, action, ledger_id=md.ledger_id, namespace=md.namespace, owner_role=md.owner_role,
                         access=access, tenant_admins=admins)
         if why is not None:
@@ -167,11 +164,10 @@ class LedgerCore:
         there that its bookies refuse would be an orphan its maker cannot delete)."""
         denied = f"role {caller.subject!r} has no permission on namespace {namespace!r}"
         with metadata_errors(f"read the grants of namespace {namespace}", denied=denied):
-            got = self.store.tenants.read_access(namespace)
-            if got is None:
-                raise errors.NoSuchNamespaceError(f"namespace {namespace!r} does not exist")
-            tenant = self.store.tenants.read_tenant(got[0].tenant)
-        why = namespace_refusal(caller, action, namespace, got[0], tenant[0].admin_roles if tenant else frozenset())
+            got = self.store.tenants.read_grants(namespace)
+        if got is None:
+            raise errors.NoSuchNamespaceError(f"namespace {namespace!r} does not exist")
+        why = namespace_refusal(caller, action, namespace, *got)
         if why is not None:
             raise errors.UnauthorizedAccessError(why)
 

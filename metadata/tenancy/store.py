@@ -85,6 +85,15 @@ class TenantStore:
             return None
         return NamespaceAccess.from_json(decode_access(got[0], f"namespace {ns}"), f"namespace {ns}"), got[1]
 
+    def read_grants(self, ns: str) -> tuple[NamespaceAccess, frozenset[str]] | None:
+        """The namespace's access record and its tenant's admin roles: what decides who may do
+        what in it (None: no such namespace)."""
+        got = self.read_access(ns)
+        if got is None:
+            return None
+        tenant = self.read_tenant(got[0].tenant)
+        return got[0], tenant[0].admin_roles if tenant is not None else frozenset()
+
     def watch_access(self, ns: str, wake: Wake) -> NamespaceAccess | None:
         """The namespace's access as read now, with a one-shot watch on its next change."""
         got = self._nodes.watch(self.namespace_path(ns), wake)
