@@ -201,3 +201,14 @@ class TenantNotEmptyError(TenantError):
     """Deleting a tenant that still owns namespaces."""
 
     code = -223
+
+
+# ---------------------------------------------------------------------- isolation (DESIGN §4.10)
+
+class QuotaExceededError(StreamError):
+    """The namespace holds its ``storage_quota_bytes`` on bookies: the write was refused and nothing
+    of it was written. Not a failure of the writer: writes succeed again by themselves once
+    retention, truncation or tiering bring the namespace back under its quota (Pulsar's
+    ProducerBlockedQuotaExceededError)."""
+
+    code = -230

@@ -8,6 +8,7 @@ afterwards: a segment keeps the ledger it was created with.
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,6 +16,8 @@ from ..errors import IncorrectParameterError
 from ..protocol.framing import DigestType
 
 MIB = 1 << 20
+GROUP_FIELDS = ("bookie_groups", "bookie_groups_secondary")
+GROUP_NAME = re.compile(r"[A-Za-z0-9._-]{1,64}")
 
 
 @dataclass(frozen=True)
@@ -32,12 +35,20 @@ class NamespaceSettings:
     output_buffer_bytes: int = 256 * 1024             # records packed into one entry, up to this much
     tier_after_ms: int | None = None                  # sealed segments older than this are tiered into Delta
     tier_table: str | None = None                     # ... into this table (per stream: <tier_table>/<stream>)
+    # Isolation (DESIGN §4.10); None = no constraint.
+    bookie_groups: tuple[str, ...] | None = None      # segments' ensembles only from bookies of these groups
+    bookie_groups_secondary: tuple[str, ...] | None = None  # ... or of these, when the primary groups lack bookies
+    storage_quota_bytes: int | None = None            # bytes of the namespace held on bookies (tiered data not counted)
+    write_rate_bytes_per_s: int | None = None         # enforced by the bookies: a faster writer is slowed
+    write_rate_records_per_s: int | None = None
 
     def __post_init__(self) -> None:
         problems = []
         for f in dataclasses.fields(self):
             v = getattr(self, f.name)
-            if f.name in ("digest_type", "password", "tier_table"):
+            if f.name in GROUP_FIELDS:
+                problems.extend(_group_problems(f.name, v))
+            elif f.name in ("digest_type", "password", "tier_table"):
                 if not isinstance(v, str) and not (f.name == "tier_table" and v is None):
                     problems.append(f"{f.name} must be a string")
             elif not (v is None and "None" in str(f.type)) and (not isinstance(v, int) or isinstance(v, bool)):
@@ -50,6 +61,9 @@ class NamespaceSettings:
             raise IncorrectParameterError("bad namespace settings: need ensemble_size >= write_quorum_size >= "
                                           f"ack_quorum_size >= 1, got {self.ensemble_size}/{self.write_quorum_size}/"
                                           f"{self.ack_quorum_size}")
+        if self.bookie_groups_secondary and not self.bookie_groups:
+            raise IncorrectParameterError("bad namespace settings: bookie_groups_secondary is a fallback for "
+                                          "bookie_groups, which is not set")
         if self.digest_type not in DigestType.__members__:
             raise IncorrectParameterError(f"bad namespace settings: digest_type {self.digest_type!r} is not one of "
                                           f"{sorted(DigestType.__members__)}")
@@ -65,12 +79,16 @@ class NamespaceSettings:
         return self.password.encode()
 
     def to_json(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        d = dataclasses.asdict(self)
+        for name in GROUP_FIELDS:
+            if d[name] is not None:
+                d[name] = list(d[name])
+        return d
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> NamespaceSettings:
         known = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in d.items() if k in known})
+        return cls.build(**{k: v for k, v in d.items() if k in known})
 
     @classmethod
     def build(cls, **settings: Any) -> NamespaceSettings:
@@ -81,7 +99,27 @@ class NamespaceSettings:
             settings["digest_type"] = settings["digest_type"].name
         if isinstance(settings.get("password"), bytes | bytearray):
             settings["password"] = bytes(settings["password"]).decode()
+        for name in GROUP_FIELDS:   # a list (JSON, the CLI) or a comma-separated string -> a tuple
+            v = settings.get(name)
+            if isinstance(v, str):
+                v = [g.strip() for g in v.split(",")] if v.strip() else None
+            if isinstance(v, list):
+                settings[name] = tuple(v)
         return cls(**settings)
 
     def updated(self, **changes: Any) -> NamespaceSettings:
         return NamespaceSettings.build(**{**self.to_json(), **changes})
+
+
+def _group_problems(name: str, v: object) -> list[str]:
+    """A placement group list is None or a non-empty tuple of distinct group names."""
+    if v is None:
+        return []
+    if not isinstance(v, tuple) or not v:
+        return [f"{name} must be a non-empty list of group names or None"]
+    bad = [g for g in v if not isinstance(g, str) or not GROUP_NAME.fullmatch(g)]
+    if bad:
+        return [f"{name}: {bad!r} are not group names ([A-Za-z0-9._-], 1-64 characters)"]
+    if len(set(v)) != len(v):
+        return [f"{name} names a group twice"]
+    return []

@@ -12,8 +12,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from ledger_client.errors import IncorrectParameterError
 from spark_bookie.cli.common import zk_default
 from spark_bookie.cli.shell import AdminRule, ShellFunc, render_bytes, run_shell
 
@@ -55,15 +57,60 @@ def cmd_namespaces(client: LedgerClient, args: argparse.Namespace) -> int:
     return 0
 
 
+SETTING_FLAGS = (  # (flag, setting, type, metavar, help): create-namespace and update-namespace
+    ("--ensemble", "ensemble_size", int, "E", None),
+    ("--write-quorum", "write_quorum_size", int, "Qw", None),
+    ("--ack-quorum", "ack_quorum_size", int, "Qa", None),
+    ("--rolling-bytes", "segment_rolling_bytes", int, "BYTES", "new segment past this size"),
+    ("--rolling-interval-ms", "segment_rolling_interval_ms", int, "MS", "new segment past this age"),
+    ("--output-buffer-bytes", "output_buffer_bytes", int, "BYTES", "records packed into one entry up to this"),
+    ("--retention-ms", "retention_ms", int, "MS", None),
+    ("--retention-bytes", "retention_bytes", int, "BYTES", None),
+    ("--tier-after-ms", "tier_after_ms", int, "MS", "tier sealed segments into Delta past this age"),
+    ("--tier-table", "tier_table", str, "PATH", "... into <PATH>/<stream>"),
+    ("--bookie-groups", "bookie_groups", str, "G1,G2", "segments only on bookies of these placement groups"),
+    ("--bookie-groups-secondary", "bookie_groups_secondary", str, "G1,G2",
+     "... or of these when the primary groups lack bookies"),
+    ("--storage-quota-bytes", "storage_quota_bytes", int, "BYTES", "writes refused past this much held on bookies"),
+    ("--write-rate-bytes-per-s", "write_rate_bytes_per_s", int, "N", "bookies slow writers above this"),
+    ("--write-rate-records-per-s", "write_rate_records_per_s", int, "N", "bookies slow writers above this"),
+)
+NONE_WORD = "none"
+
+
+def _setting_value(kind: type) -> Callable[[str], object]:
+    """argparse type of a setting: its own type, or the word `none` (no limit; update-namespace)."""
+    def parse(text: str) -> object:
+        return None if text.strip().lower() == NONE_WORD else kind(text)
+    parse.__name__ = kind.__name__
+    return parse
+
+
+def _add_setting_flags(c: argparse.ArgumentParser) -> None:
+    for flag, setting, kind, metavar, help_text in SETTING_FLAGS:
+        c.add_argument(flag, dest=f"setting_{setting}", type=_setting_value(kind), default=argparse.SUPPRESS,
+                       metavar=metavar, help=help_text)
+
+
+def _settings_from(args: argparse.Namespace) -> dict[str, object]:
+    """The settings given on the command line (``none`` given: None, i.e. no limit)."""
+    return {k[len("setting_"):]: v for k, v in vars(args).items() if k.startswith("setting_")}
+
+
 def cmd_create_namespace(client: LedgerClient, args: argparse.Namespace) -> int:
-    settings = {k: v for k, v in {
-        "ensemble_size": args.ensemble, "write_quorum_size": args.write_quorum, "ack_quorum_size": args.ack_quorum,
-        "segment_rolling_bytes": args.rolling_bytes, "segment_rolling_interval_ms": args.rolling_interval_ms,
-        "retention_ms": args.retention_ms, "retention_bytes": args.retention_bytes,
-        "tier_after_ms": args.tier_after_ms, "tier_table": args.tier_table,
-        "output_buffer_bytes": args.output_buffer_bytes}.items() if v is not None}
+    settings = {k: v for k, v in _settings_from(args).items() if v is not None}
     ns = client.create_namespace(args.namespace, tenant=args.tenant, **settings)
     print(json.dumps(ns.settings.to_json()) if args.json else f"created namespace {ns.name} in tenant {ns.tenant}")
+    return 0
+
+
+def cmd_update_namespace(client: LedgerClient, args: argparse.Namespace) -> int:
+    changes = _settings_from(args)
+    if not changes:
+        raise IncorrectParameterError("update-namespace: give at least one setting to change")
+    settings = client.namespace(args.namespace).update_settings(**changes)
+    print(json.dumps(settings.to_json()) if args.json else f"updated namespace {args.namespace}: "
+          + ", ".join(f"{k}={v}" for k, v in changes.items()))
     return 0
 
 
@@ -231,18 +278,13 @@ def add_stream_parser(p: argparse.ArgumentParser) -> None:
     command("namespaces", cmd_namespaces, "list namespaces (--json: with their settings)")
     c = command("create-namespace", cmd_create_namespace, "create a namespace with its settings")
     c.add_argument("namespace")
-    c.add_argument("--ensemble", type=int, metavar="E")
-    c.add_argument("--write-quorum", type=int, metavar="Qw")
-    c.add_argument("--ack-quorum", type=int, metavar="Qa")
-    c.add_argument("--rolling-bytes", type=int, metavar="BYTES", help="new segment past this size")
-    c.add_argument("--rolling-interval-ms", type=int, metavar="MS", help="new segment past this age")
-    c.add_argument("--output-buffer-bytes", type=int, metavar="BYTES", help="records packed into one entry up to this")
-    c.add_argument("--retention-ms", type=int, metavar="MS")
-    c.add_argument("--retention-bytes", type=int, metavar="BYTES")
-    c.add_argument("--tier-after-ms", type=int, metavar="MS", help="tier sealed segments into Delta past this age")
-    c.add_argument("--tier-table", metavar="PATH", help="... into <PATH>/<stream>")
+    _add_setting_flags(c)
     c.add_argument("--tenant", default="public", metavar="T",
                    help="the tenant that owns it (default public); superusers and T's admin roles")
+    c = command("update-namespace", cmd_update_namespace, "change a namespace's settings (for segments started "
+                "afterwards; `none` lifts a limit)")
+    c.add_argument("namespace")
+    _add_setting_flags(c)
     c = command("grant", cmd_grant, "give ROLE actions on a namespace (replacing what it had; superusers "
                 "and the tenant's admin roles)")
     c.add_argument("namespace", metavar="NS")
