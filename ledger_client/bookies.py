@@ -7,14 +7,14 @@ from collections.abc import Callable
 
 from metadata import MetadataError, MetadataStore
 
-from .placement import BookieNode
+from .placement import BookieNode, node_of
 from .transport import BookieClient, StreamLimits
 from .transport.add_readers import AddReaders
 from .transport.credentials import NO_CREDENTIALS, Credentials
 
 
 class BookieRegistry:
-    """The writable bookies and their network locations, kept current by a ZooKeeper watch."""
+    """The writable bookies, their network locations and placement groups, kept current by a ZooKeeper watch."""
 
     def __init__(self, store: MetadataStore) -> None:
         self._store = store
@@ -42,7 +42,7 @@ class BookieRegistry:
 
     def writable(self) -> list[BookieNode]:
         with self._lock:
-            return [BookieNode(b, self._info.get(b, {}).get("network_location", "")) for b in self._writable]
+            return [node_of(b, self._info.get(b, {})) for b in self._writable]
 
     def writable_ids(self) -> list[str]:
         with self._lock:
