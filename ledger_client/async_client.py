@@ -8,7 +8,8 @@ event loop is never blocked by a quorum wait.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Mapping
+import functools
+from collections.abc import AsyncIterator, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from metadata import LedgerMetadata
@@ -100,9 +101,13 @@ class AsyncLedgerClient:
 
     async def create_ledger(self, ensemble_size: int = 3, write_quorum_size: int = 3, ack_quorum_size: int = 2,
                             digest_type: DigestType = DigestType.CRC32C, password: bytes = b"",
-                            custom_metadata: Mapping[str, bytes] | None = None) -> AsyncWriteHandle:
-        w = await asyncio.to_thread(self.sync.create_ledger, ensemble_size, write_quorum_size,
-                                    ack_quorum_size, digest_type, password, custom_metadata)
+                            custom_metadata: Mapping[str, bytes] | None = None, *, namespace: str = "",
+                            bookie_groups: Iterable[str] | None = None,
+                            bookie_groups_secondary: Iterable[str] | None = None) -> AsyncWriteHandle:
+        w = await asyncio.to_thread(functools.partial(
+            self.sync.create_ledger, ensemble_size, write_quorum_size, ack_quorum_size, digest_type, password,
+            custom_metadata, namespace=namespace, bookie_groups=bookie_groups,
+            bookie_groups_secondary=bookie_groups_secondary))
         return AsyncWriteHandle(w)
 
     async def open_ledger(self, ledger_id: int, password: bytes = b"", recovery: bool = True) -> AsyncReadHandle:

@@ -12,7 +12,7 @@ import random
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Self
 
@@ -24,7 +24,7 @@ from . import errors
 from .bookies import BookiePool, BookieRegistry
 from .config import ClientConfig
 from .metadata_errors import metadata_errors
-from .placement import EnsemblePlacement
+from .placement import EnsemblePlacement, PlacementGroups
 from .protocol.framing import Digester, DigestType, master_key
 from .read_handle import ReadHandle
 from .recovery import LedgerRecovery
@@ -173,16 +173,22 @@ class LedgerCore:
 
     def create_ledger(self, ensemble_size: int = 3, write_quorum_size: int = 3, ack_quorum_size: int = 2,
                       digest_type: DigestType = DigestType.CRC32C, password: bytes = b"",
-                      custom_metadata: Mapping[str, bytes] | None = None, *, namespace: str = "") -> WriteHandle:
+                      custom_metadata: Mapping[str, bytes] | None = None, *, namespace: str = "",
+                      bookie_groups: Iterable[str] | None = None,
+                      bookie_groups_secondary: Iterable[str] | None = None) -> WriteHandle:
         """``namespace``: the namespace whose grants decide who may touch the ledger (streams pass
-        their own; "" = this client's role alone), recorded in its metadata for good."""
+        their own; "" = this client's role alone), recorded in its metadata for good.
+        ``bookie_groups``: its copies only on bookies of these placement groups, of
+        ``bookie_groups_secondary`` where those lack bookies (DESIGN §4.10); recorded in the
+        metadata, so its ensemble changes and re-replication keep to them."""
         self._check_open()
         caller = self.caller
         if namespace and caller is not None and not caller.privileged:
             self._check_namespace_action(caller, namespace, PRODUCE)
         _check_create_args(ensemble_size, write_quorum_size, ack_quorum_size, digest_type, password,
                            custom_metadata)
-        ensemble = self.placement.new_ensemble(ensemble_size, self.registry.writable())
+        groups = _groups_arg(bookie_groups, bookie_groups_secondary)
+        ensemble = self.placement.new_ensemble(ensemble_size, self.registry.writable(), groups=groups)
         key = master_key(bytes(password))
         with metadata_errors("create ledger"):
             lid = self.store.ledgers.generate_ledger_id()
@@ -192,7 +198,8 @@ class LedgerCore:
                 length=0, ensembles={0: ensemble}, digest_type=digest_type, password_hash=key,
                 ctime=int(time.time() * 1000),
                 custom_metadata={k: bytes(v) for k, v in (custom_metadata or {}).items()},
-                namespace=namespace, owner_role=caller.subject if caller is not None else "")
+                namespace=namespace, owner_role=caller.subject if caller is not None else "",
+                bookie_groups=groups.primary, bookie_groups_secondary=groups.secondary)
             self.store.ledgers.create_ledger_metadata(md)
         w = WriteHandle(self, md, Digester(digest_type, bytes(password)), key)
         self._writers.add(w)
@@ -327,3 +334,15 @@ class LedgerCore:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _groups_arg(primary: Iterable[str] | None, secondary: Iterable[str] | None) -> PlacementGroups:
+    """IncorrectParameterError for group lists that could never place a copy (namespace settings
+    validate theirs the same way before they get here)."""
+    groups = PlacementGroups(tuple(primary or ()), tuple(secondary or ()))
+    names = groups.primary + groups.secondary
+    if any(not isinstance(g, str) or not g for g in names) or len(set(names)) != len(names):
+        raise errors.IncorrectParameterError(f"bad placement groups {groups}: distinct non-empty names")
+    if groups.secondary and not groups.primary:
+        raise errors.IncorrectParameterError("bookie_groups_secondary is a fallback for bookie_groups, which is empty")
+    return groups

@@ -15,6 +15,8 @@ import random
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from metadata import LedgerMetadata
+
 from .errors import NotEnoughBookiesError
 
 PRIMARY, SECONDARY = 0, 1
@@ -41,6 +43,11 @@ class PlacementGroups:
     @classmethod
     def of(cls, primary: Iterable[str] | None, secondary: Iterable[str] | None = None) -> PlacementGroups:
         return cls(tuple(primary or ()), tuple(secondary or ()) if primary else ())
+
+    @classmethod
+    def of_ledger(cls, md: LedgerMetadata) -> PlacementGroups:
+        """The groups recorded in a ledger's metadata at its creation."""
+        return cls(md.bookie_groups, md.bookie_groups_secondary)
 
     def __bool__(self) -> bool:
         return bool(self.primary)
@@ -70,6 +77,10 @@ NO_GROUPS = PlacementGroups()
 class EnsemblePlacement:
     def __init__(self, rng: random.Random | None = None) -> None:
         self._rng = rng or random.Random()
+
+    @staticmethod
+    def groups_of(md: LedgerMetadata) -> PlacementGroups:
+        return PlacementGroups.of_ledger(md)
 
     def new_ensemble(self, size: int, available: Iterable[BookieNode], exclude: Iterable[str] = (),
                      groups: PlacementGroups = NO_GROUPS) -> list[str]:

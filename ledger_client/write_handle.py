@@ -289,15 +289,15 @@ class WriteHandle:
         """The change's ensemble and the planned bookies it leaves delayed; (None, ...) when it
         would change nothing (no spare, none back): the change is delayed. NotEnoughBookiesError
         when there is no spare and delaying is off."""
-        writable = self._client.registry.writable()
+        writable, groups = self._client.registry.writable(), self._client.placement.groups_of(self._md)  # §4.10
         exclude = planned | self._probes.suspects() if self._may_delay else planned   # a suspect is probed when delayed
         placement = self._client.placement
         try:
-            return placement.replace(ensemble, indexes, writable, exclude), set()
+            return placement.replace(ensemble, indexes, writable, exclude, groups), set()
         except errors.NotEnoughBookiesError:
             if not self._may_delay:
                 raise
-        new, left = placement.replace_available(ensemble, indexes, writable, exclude, last=back)
+        new, left = placement.replace_available(ensemble, indexes, writable, exclude, back, groups)
         delayed = {ensemble[i] for i in left} - back
         if len(left) == len(indexes) and not back:
             return None, delayed

@@ -26,7 +26,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15ledger_metadata.proto\x12\x18spark_bookie.metadata.v1\"\xad\x06\n\x14LedgerMetadataFormat\x12\x11\n\tledger_id\x18\x01 \x01(\x03\x12\x43\n\x05state\x18\x02 \x01(\x0e\x32\x34.spark_bookie.metadata.v1.LedgerMetadataFormat.State\x12\x15\n\rensemble_size\x18\x03 \x01(\x05\x12\x19\n\x11write_quorum_size\x18\x04 \x01(\x05\x12\x17\n\x0f\x61\x63k_quorum_size\x18\x05 \x01(\x05\x12\x15\n\rlast_entry_id\x18\x06 \x01(\x03\x12\x0e\n\x06length\x18\x07 \x01(\x03\x12H\n\x08segments\x18\x08 \x03(\x0b\x32\x36.spark_bookie.metadata.v1.LedgerMetadataFormat.Segment\x12N\n\x0b\x64igest_type\x18\t \x01(\x0e\x32\x39.spark_bookie.metadata.v1.LedgerMetadataFormat.DigestType\x12\x15\n\rpassword_hash\x18\n \x01(\x0c\x12\r\n\x05\x63time\x18\x0b \x01(\x03\x12[\n\x0f\x63ustom_metadata\x18\x0c \x03(\x0b\x32\x42.spark_bookie.metadata.v1.LedgerMetadataFormat.CustomMetadataEntry\x12\x11\n\tnamespace\x18\r \x01(\t\x12\x12\n\nowner_role\x18\x0e \x01(\t\x1a\x32\n\x07Segment\x12\x16\n\x0e\x66irst_entry_id\x18\x01 \x01(\x03\x12\x0f\n\x07\x62ookies\x18\x02 \x03(\t\x1a\x35\n\x13\x43ustomMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x0c:\x02\x38\x01\"E\n\x05State\x12\x15\n\x11STATE_UNSPECIFIED\x10\x00\x12\x08\n\x04OPEN\x10\x01\x12\x0f\n\x0bIN_RECOVERY\x10\x02\x12\n\n\x06\x43LOSED\x10\x03\"U\n\nDigestType\x12\x1b\n\x17\x44IGEST_TYPE_UNSPECIFIED\x10\x00\x12\t\n\x05\x43RC32\x10\x01\x12\n\n\x06\x43RC32C\x10\x02\x12\x08\n\x04HMAC\x10\x03\x12\t\n\x05\x44UMMY\x10\x04\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15ledger_metadata.proto\x12\x18spark_bookie.metadata.v1\"\xe5\x06\n\x14LedgerMetadataFormat\x12\x11\n\tledger_id\x18\x01 \x01(\x03\x12\x43\n\x05state\x18\x02 \x01(\x0e\x32\x34.spark_bookie.metadata.v1.LedgerMetadataFormat.State\x12\x15\n\rensemble_size\x18\x03 \x01(\x05\x12\x19\n\x11write_quorum_size\x18\x04 \x01(\x05\x12\x17\n\x0f\x61\x63k_quorum_size\x18\x05 \x01(\x05\x12\x15\n\rlast_entry_id\x18\x06 \x01(\x03\x12\x0e\n\x06length\x18\x07 \x01(\x03\x12H\n\x08segments\x18\x08 \x03(\x0b\x32\x36.spark_bookie.metadata.v1.LedgerMetadataFormat.Segment\x12N\n\x0b\x64igest_type\x18\t \x01(\x0e\x32\x39.spark_bookie.metadata.v1.LedgerMetadataFormat.DigestType\x12\x15\n\rpassword_hash\x18\n \x01(\x0c\x12\r\n\x05\x63time\x18\x0b \x01(\x03\x12[\n\x0f\x63ustom_metadata\x18\x0c \x03(\x0b\x32\x42.spark_bookie.metadata.v1.LedgerMetadataFormat.CustomMetadataEntry\x12\x11\n\tnamespace\x18\r \x01(\t\x12\x12\n\nowner_role\x18\x0e \x01(\t\x12\x15\n\rbookie_groups\x18\x0f \x03(\t\x12\x1f\n\x17\x62ookie_groups_secondary\x18\x10 \x03(\t\x1a\x32\n\x07Segment\x12\x16\n\x0e\x66irst_entry_id\x18\x01 \x01(\x03\x12\x0f\n\x07\x62ookies\x18\x02 \x03(\t\x1a\x35\n\x13\x43ustomMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x0c:\x02\x38\x01\"E\n\x05State\x12\x15\n\x11STATE_UNSPECIFIED\x10\x00\x12\x08\n\x04OPEN\x10\x01\x12\x0f\n\x0bIN_RECOVERY\x10\x02\x12\n\n\x06\x43LOSED\x10\x03\"U\n\nDigestType\x12\x1b\n\x17\x44IGEST_TYPE_UNSPECIFIED\x10\x00\x12\t\n\x05\x43RC32\x10\x01\x12\n\n\x06\x43RC32C\x10\x02\x12\x08\n\x04HMAC\x10\x03\x12\t\n\x05\x44UMMY\x10\x04\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -36,13 +36,13 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_LEDGERMETADATAFORMAT_CUSTOMMETADATAENTRY']._loaded_options = None
   _globals['_LEDGERMETADATAFORMAT_CUSTOMMETADATAENTRY']._serialized_options = b'8\001'
   _globals['_LEDGERMETADATAFORMAT']._serialized_start=52
-  _globals['_LEDGERMETADATAFORMAT']._serialized_end=865
-  _globals['_LEDGERMETADATAFORMAT_SEGMENT']._serialized_start=602
-  _globals['_LEDGERMETADATAFORMAT_SEGMENT']._serialized_end=652
-  _globals['_LEDGERMETADATAFORMAT_CUSTOMMETADATAENTRY']._serialized_start=654
-  _globals['_LEDGERMETADATAFORMAT_CUSTOMMETADATAENTRY']._serialized_end=707
-  _globals['_LEDGERMETADATAFORMAT_STATE']._serialized_start=709
-  _globals['_LEDGERMETADATAFORMAT_STATE']._serialized_end=778
-  _globals['_LEDGERMETADATAFORMAT_DIGESTTYPE']._serialized_start=780
-  _globals['_LEDGERMETADATAFORMAT_DIGESTTYPE']._serialized_end=865
+  _globals['_LEDGERMETADATAFORMAT']._serialized_end=921
+  _globals['_LEDGERMETADATAFORMAT_SEGMENT']._serialized_start=658
+  _globals['_LEDGERMETADATAFORMAT_SEGMENT']._serialized_end=708
+  _globals['_LEDGERMETADATAFORMAT_CUSTOMMETADATAENTRY']._serialized_start=710
+  _globals['_LEDGERMETADATAFORMAT_CUSTOMMETADATAENTRY']._serialized_end=763
+  _globals['_LEDGERMETADATAFORMAT_STATE']._serialized_start=765
+  _globals['_LEDGERMETADATAFORMAT_STATE']._serialized_end=834
+  _globals['_LEDGERMETADATAFORMAT_DIGESTTYPE']._serialized_start=836
+  _globals['_LEDGERMETADATAFORMAT_DIGESTTYPE']._serialized_end=921
 # @@protoc_insertion_point(module_scope)

@@ -10,7 +10,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class LedgerMetadataFormat(_message.Message):
-    __slots__ = ("ledger_id", "state", "ensemble_size", "write_quorum_size", "ack_quorum_size", "last_entry_id", "length", "segments", "digest_type", "password_hash", "ctime", "custom_metadata", "namespace", "owner_role")
+    __slots__ = ("ledger_id", "state", "ensemble_size", "write_quorum_size", "ack_quorum_size", "last_entry_id", "length", "segments", "digest_type", "password_hash", "ctime", "custom_metadata", "namespace", "owner_role", "bookie_groups", "bookie_groups_secondary")
     class State(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         STATE_UNSPECIFIED: _ClassVar[LedgerMetadataFormat.State]
@@ -61,6 +61,8 @@ class LedgerMetadataFormat(_message.Message):
     CUSTOM_METADATA_FIELD_NUMBER: _ClassVar[int]
     NAMESPACE_FIELD_NUMBER: _ClassVar[int]
     OWNER_ROLE_FIELD_NUMBER: _ClassVar[int]
+    BOOKIE_GROUPS_FIELD_NUMBER: _ClassVar[int]
+    BOOKIE_GROUPS_SECONDARY_FIELD_NUMBER: _ClassVar[int]
     ledger_id: int
     state: LedgerMetadataFormat.State
     ensemble_size: int
@@ -75,4 +77,6 @@ class LedgerMetadataFormat(_message.Message):
     custom_metadata: _containers.ScalarMap[str, bytes]
     namespace: str
     owner_role: str
-    def __init__(self, ledger_id: _Optional[int] = ..., state: _Optional[_Union[LedgerMetadataFormat.State, str]] = ..., ensemble_size: _Optional[int] = ..., write_quorum_size: _Optional[int] = ..., ack_quorum_size: _Optional[int] = ..., last_entry_id: _Optional[int] = ..., length: _Optional[int] = ..., segments: _Optional[_Iterable[_Union[LedgerMetadataFormat.Segment, _Mapping]]] = ..., digest_type: _Optional[_Union[LedgerMetadataFormat.DigestType, str]] = ..., password_hash: _Optional[bytes] = ..., ctime: _Optional[int] = ..., custom_metadata: _Optional[_Mapping[str, bytes]] = ..., namespace: _Optional[str] = ..., owner_role: _Optional[str] = ...) -> None: ...
+    bookie_groups: _containers.RepeatedScalarFieldContainer[str]
+    bookie_groups_secondary: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, ledger_id: _Optional[int] = ..., state: _Optional[_Union[LedgerMetadataFormat.State, str]] = ..., ensemble_size: _Optional[int] = ..., write_quorum_size: _Optional[int] = ..., ack_quorum_size: _Optional[int] = ..., last_entry_id: _Optional[int] = ..., length: _Optional[int] = ..., segments: _Optional[_Iterable[_Union[LedgerMetadataFormat.Segment, _Mapping]]] = ..., digest_type: _Optional[_Union[LedgerMetadataFormat.DigestType, str]] = ..., password_hash: _Optional[bytes] = ..., ctime: _Optional[int] = ..., custom_metadata: _Optional[_Mapping[str, bytes]] = ..., namespace: _Optional[str] = ..., owner_role: _Optional[str] = ..., bookie_groups: _Optional[_Iterable[str]] = ..., bookie_groups_secondary: _Optional[_Iterable[str]] = ...) -> None: ...

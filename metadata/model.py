@@ -92,6 +92,8 @@ class LedgerMetadata:
     format_version: int = CURRENT_FORMAT_VERSION
     namespace: str = ""      # whose grants decide access ("" outside namespaces); never changed
     owner_role: str = ""     # the creator's role (token subject; "" with no authentication); never changed
+    bookie_groups: tuple[str, ...] = ()            # placement groups of its copies (DESIGN §4.10); () = any
+    bookie_groups_secondary: tuple[str, ...] = ()  # ... and where they fall back to
 
     def __post_init__(self) -> None:
         if any(isinstance(v, str | bytes) for v in dict(self.ensembles).values()):
@@ -99,6 +101,8 @@ class LedgerMetadata:
         object.__setattr__(self, "ensembles", {k: list(v) for k, v in dict(self.ensembles).items()})
         object.__setattr__(self, "custom_metadata", dict(self.custom_metadata))
         object.__setattr__(self, "password_hash", bytes(self.password_hash))
+        object.__setattr__(self, "bookie_groups", tuple(self.bookie_groups))
+        object.__setattr__(self, "bookie_groups_secondary", tuple(self.bookie_groups_secondary))
         _validate(self)
 
     @classmethod
@@ -262,6 +266,8 @@ def encode(md: LedgerMetadata) -> bytes:
         custom_metadata=md.custom_metadata,
         namespace=md.namespace,
         owner_role=md.owner_role,
+        bookie_groups=md.bookie_groups,
+        bookie_groups_secondary=md.bookie_groups_secondary,
     )
     return _HEADER.pack(MAGIC, CURRENT_FORMAT_VERSION) + msg.SerializeToString(deterministic=True)
 
@@ -315,4 +321,6 @@ def decode(data: bytes, ledger_id: int) -> LedgerMetadata:
         format_version=version,
         namespace=msg.namespace,
         owner_role=msg.owner_role,
+        bookie_groups=tuple(msg.bookie_groups),
+        bookie_groups_secondary=tuple(msg.bookie_groups_secondary),
     )

@@ -39,6 +39,10 @@ def _check_tenancy_kept(old: LedgerMetadata, new: LedgerMetadata) -> None:
         raise InvalidMetadataError(
             f"ledger {old.ledger_id}: its namespace and creator role never change "
             f"({old.namespace!r}/{old.owner_role!r} -> {new.namespace!r}/{new.owner_role!r})")
+    # The groups recorded at creation say where the writer may place copies; a namespace's later
+    # change is the auditor's to apply (it compares with the namespace), never a rewrite of these.
+    if (new.bookie_groups, new.bookie_groups_secondary) != (old.bookie_groups, old.bookie_groups_secondary):
+        raise InvalidMetadataError(f"ledger {old.ledger_id}: its recorded placement groups never change")
 
 
 def update_ledger(

@@ -117,7 +117,8 @@ class TaskLedgerWriter:
                 TAG_CTIME: str(now_ms()).encode()}
         self._handle = self.ns.client.create_ledger(s.ensemble_size, s.write_quorum_size, s.ack_quorum_size,
                                                     s.digest, s.ledger_password, custom_metadata=tags,
-                                                    namespace=self.ns.name)
+                                                    namespace=self.ns.name, bookie_groups=s.bookie_groups,
+                                                    bookie_groups_secondary=s.bookie_groups_secondary)
         return self._handle
 
     @property

@@ -316,7 +316,8 @@ class StreamWriter:
             w = self._client.create_ledger(settings.ensemble_size, settings.write_quorum_size,
                                            settings.ack_quorum_size, settings.digest, settings.ledger_password,
                                            custom_metadata={"stream": f"{self.ns.name}/{self.name}".encode()},
-                                           namespace=self.ns.name)
+                                           namespace=self.ns.name, bookie_groups=settings.bookie_groups,
+                                           bookie_groups_secondary=settings.bookie_groups_secondary)
             try:
                 seq = self._commit_start(old, handle, old_end, w.ledger_id, first_txid)
             except BaseException:

@@ -4,6 +4,7 @@ them, errors that name the groups, and the auditor's view of which copies are mi
 
 from __future__ import annotations
 
+import dataclasses
 import random
 
 import pytest
@@ -137,3 +138,16 @@ def test_ensembles_hold_the_groups_or_fail(gold, silver, bronze, size, rng_seed,
     assert tiers.count(0) == min(gold, size)
     # what is placed by the policy is never seen as misplaced by the auditor's check
     assert misplaced([ens], group_of(nodes), group_of(nodes), groups) == set()
+
+
+def test_ledger_metadata_keeps_its_groups_through_encoding():
+    from metadata.model import DigestType as MdDigest
+    from metadata.model import LedgerMetadata, LedgerState, decode, encode
+
+    md = LedgerMetadata(ledger_id=7, state=LedgerState.OPEN, ensemble_size=1, write_quorum_size=1,
+                        ack_quorum_size=1, last_entry_id=-1, length=0, ensembles={0: ["a:1"]},
+                        digest_type=MdDigest.CRC32C, password_hash=b"x" * 20, ctime=1,
+                        bookie_groups=("gold",), bookie_groups_secondary=("silver",))
+    assert PlacementGroups.of_ledger(decode(encode(md), 7)) == GOLD_THEN_SILVER
+    plain = dataclasses.replace(md, bookie_groups=(), bookie_groups_secondary=())
+    assert PlacementGroups.of_ledger(decode(encode(plain), 7)) == NO_GROUPS
