@@ -61,7 +61,8 @@ def cmd_bookie(args: argparse.Namespace) -> int:
                           advertised_host=args.advertised_host,
                           journal_dirs=[args.journal_dir] if args.journal_dir else None,
                           ledger_dirs=[args.ledger_dir] if args.ledger_dir else None,
-                          http_port=args.http_port)
+                          http_port=args.http_port, network_location=args.network_location,
+                          bookie_group=args.bookie_group)
         from spark_bookie.cli.logs import set_log_identity
 
         set_log_identity(cfg.bookie_id)
@@ -118,6 +119,10 @@ def cmd_sandbox(args: argparse.Namespace) -> int:
         return fail(f"--bookies must be at least 1, not {args.bookies}")
     if args.resume and args.demo:
         return fail("--resume does not go with --demo: a demo starts fresh")
+    args.bookie_groups = [g.strip() for g in args.bookie_groups.split(",")] if args.bookie_groups else []
+    if args.bookie_groups and args.spark:
+        return fail("--bookie-groups is for bookie processes and --hosts; Spark-hosted bookies take "
+                    "jobs/bookie_cluster.py's --bookie-group-map")
     sandbox_dir = SandboxDir(root)
     try:
         with sandbox_dir.claim(_sandbox_shape(args), args.resume) as previous:
@@ -166,7 +171,7 @@ def _run_sandbox(args: argparse.Namespace, sandbox_dir: SandboxDir, previous: Sa
         from spark_bookie.local.multihost import run_hosts_sandbox
 
         return run_hosts_sandbox(root, args.hosts, _wait_ready, secure=args.secure,
-                                 sandbox_dir=sandbox_dir, resume=previous)
+                                 sandbox_dir=sandbox_dir, resume=previous, bookie_groups=args.bookie_groups)
     if args.spark:
         if args.demo:
             from spark_bookie.local.spark_demo import run_spark_demo
@@ -202,7 +207,7 @@ def _run_bookies(args: argparse.Namespace, sandbox_dir: SandboxDir, previous: Sa
     with Sandbox(root, n, zk_port=previous.zk_port if previous else args.zk_port, http=http,
                  bookie_settings=settings, bookie_ports=previous.bookie_ports if previous else (),
                  http_ports=previous.http_ports if previous else (),
-                 zk_tls=files.zookeeper_tls() if files is not None else None) as sb:
+                 zk_tls=files.zookeeper_tls() if files is not None else None, bookie_groups=args.bookie_groups) as sb:
         sandbox_dir.save(SandboxRecord(BOOKIES, files is not None, n, http, zk_port=sb.zk.port if sb.zk else 0,
                                        bookie_ports=[b.port for b in sb.bookies],
                                        http_ports=[int(b.settings.get("http_port") or 0) for b in sb.bookies if http],
@@ -303,6 +308,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--conf", default=None, help="TOML configuration file (see conf/bookie.toml)")
     p.add_argument("--http-port", type=int, default=None,
                    help="serve /metrics and the admin API on this port (0 = off; default: http_port of --conf)")
+    p.add_argument("--network-location", default=None, help="rack/zone for rack-aware placement, e.g. /zone-a/rack-1 "
+                   "(default: network_location of --conf)")
+    p.add_argument("--bookie-group", default=None, help="placement group this bookie joins, e.g. gold: namespaces "
+                   "with bookie_groups place their segments on such bookies (default: bookie_group of --conf)")
     p.set_defaults(func=cmd_bookie)
 
     p = sub.add_parser("sandbox", help="embedded ZooKeeper + N bookie processes on this machine",
@@ -330,6 +339,10 @@ def build_parser() -> argparse.ArgumentParser:
                    "of its own (printed)")
     p.add_argument("--hosts", type=int, default=0, help="N hosts (network namespaces as root, else loopback "
                    "addresses), a bookie on each; see docs/hosts.md")
+    p.add_argument("--bookie-groups", default=None, metavar="G1,G2,...",
+                   help="placement groups of the bookies in order (with --hosts: of each host's bookie), e.g. "
+                        "gold,gold,silver; an empty or missing name leaves that bookie in no group. Give it again "
+                        "with --resume (docs/operations.md, placement groups)")
     p.set_defaults(func=cmd_sandbox)
 
     from spark_bookie.cli.cluster import add_cluster_parser

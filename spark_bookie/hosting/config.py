@@ -52,26 +52,27 @@ def _read_toml_table(path: str | None, table: str) -> tuple[tuple[str, Any], ...
     return tuple(sorted(read_toml_table(path, table).items()))
 
 
-def _read_rack_map(path: str | None) -> tuple[tuple[str, str], ...]:
-    """``host location`` per line (``#`` comments), or a JSON object host → location."""
+def _read_rack_map(path: str | None, what: str = "rack map", value: str = "/location") -> tuple[tuple[str, str], ...]:
+    """``host location`` per line (``#`` comments), or a JSON object host → location; the group
+    map (``host group``) has the same form, with a group name (not starting with "/") as value."""
     if path is None:
         return ()
     try:
         text = Path(path).read_text()
     except OSError as e:
-        raise ConfigError(f"rack map {path}: {e.strerror}") from e
+        raise ConfigError(f"{what} {path}: {e.strerror}") from e
     if text.lstrip().startswith("{"):
         try:
             return tuple(sorted((str(k), str(v)) for k, v in json.loads(text).items()))
         except (ValueError, AttributeError) as e:
-            raise ConfigError(f"rack map {path} is not a JSON object of host → location: {e}") from e
+            raise ConfigError(f"{what} {path} is not a JSON object of host → {value.lstrip('/')}: {e}") from e
     pairs = []
     for n, line in enumerate(text.splitlines(), 1):
         words = line.split("#", 1)[0].split()
         if not words:
             continue
-        if len(words) != 2 or not words[1].startswith("/"):
-            raise ConfigError(f"rack map {path}:{n}: want 'host /location', got {line!r}")
+        if len(words) != 2 or words[1].startswith("/") != value.startswith("/"):
+            raise ConfigError(f"{what} {path}:{n}: want 'host {value}', got {line!r}")
         pairs.append((words[0], words[1]))
     return tuple(sorted(pairs))
 
@@ -92,6 +93,10 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--network-location", default=DEFAULT_LOCATION_TEMPLATE,
                     help="bookie network location template ({host}, {slot}) for hosts not in --rack-map")
     ap.add_argument("--rack-map", default=None, help="file of 'host /location' lines (or a JSON object)")
+    ap.add_argument("--bookie-group", default="", help="placement group template ({host}, {slot}) of the bookies "
+                    "on hosts not in --bookie-group-map, e.g. gold; empty = no group (docs/operations.md)")
+    ap.add_argument("--bookie-group-map", default=None, help="file of 'host group' lines (or a JSON object): "
+                    "the placement group of each executor host's bookies")
     ap.add_argument("--heartbeat-interval-s", type=float, default=2.0, help="slot status and stop-check period")
     ap.add_argument("--health-interval-s", type=float, default=10.0, help="driver health log period")
     ap.add_argument("--zk-session-timeout-ms", type=int, default=10_000)
@@ -114,7 +119,9 @@ def config_from_args(args: argparse.Namespace) -> ClusterAppConfig:
     hosting = HostingConfig(
         zk_connect=args.zk, bookies=args.bookies, data_root=os.path.abspath(args.data_root), name=args.name,
         base_port=args.base_port, network_location_template=args.network_location,
-        rack_map=_read_rack_map(args.rack_map), bookie_settings=_read_toml_table(args.bookie_conf, "bookie"),
+        rack_map=_read_rack_map(args.rack_map), bookie_group_template=args.bookie_group,
+        group_map=_read_rack_map(args.bookie_group_map, "bookie group map", "group"),
+        bookie_settings=_read_toml_table(args.bookie_conf, "bookie"),
         autorecovery=args.autorecovery,
         autorecovery_settings=_read_toml_table(args.autorecovery_conf, "autorecovery"),
         heartbeat_interval_ms=int(args.heartbeat_interval_s * 1000),

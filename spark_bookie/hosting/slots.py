@@ -84,7 +84,8 @@ class HostingConfig:
     ``bookie_settings`` are extra BookieConfig keys (a TOML ``[bookie]`` table read on the driver),
     as sorted (key, value) pairs so the dataclass stays hashable and frozen. ``rack_map`` maps an
     executor host to its network location; hosts not in it get ``network_location_template`` with
-    ``{host}`` and ``{slot}`` filled in.
+    ``{host}`` and ``{slot}`` filled in. ``group_map`` and ``bookie_group_template`` give each
+    host's bookies their placement group (DESIGN §4.10) the same way ("" = none).
     """
 
     zk_connect: str
@@ -96,6 +97,8 @@ class HostingConfig:
     advertised_host: str = ""  # "" = the executor's host (see executor_host())
     network_location_template: str = DEFAULT_LOCATION_TEMPLATE
     rack_map: tuple[tuple[str, str], ...] = ()
+    bookie_group_template: str = ""
+    group_map: tuple[tuple[str, str], ...] = ()
     bookie_settings: tuple[tuple[str, Any], ...] = ()
     autorecovery: bool = True
     autorecovery_settings: tuple[tuple[str, Any], ...] = ()
@@ -146,6 +149,10 @@ class HostingConfig:
             self.network_location_template.format(host="h", slot=0)
         except (KeyError, IndexError, ValueError) as e:
             problems.append(f"network location template {self.network_location_template!r}: {e!r}")
+        try:
+            self.bookie_group_template.format(host="h", slot=0)
+        except (KeyError, IndexError, ValueError) as e:
+            problems.append(f"bookie group template {self.bookie_group_template!r}: {e!r}")
         for name in ("heartbeat_interval_ms", "slot_claim_timeout_ms", "start_retry_delay_ms_max"):
             if getattr(self, name) <= 0:
                 problems.append(f"{name} must be positive")
@@ -166,6 +173,10 @@ class HostingConfig:
     def network_location(self, host: str, slot: int) -> str:
         mapped = dict(self.rack_map).get(host)
         return mapped if mapped is not None else self.network_location_template.format(host=host, slot=slot)
+
+    def bookie_group(self, host: str, slot: int) -> str:
+        mapped = dict(self.group_map).get(host)
+        return mapped if mapped is not None else self.bookie_group_template.format(host=host, slot=slot)
 
 
 # ---------------------------------------------------------------------- where we run
@@ -318,6 +329,7 @@ class SlotStatus:
     autorecovery: str = "off"
     error: str = ""
     http_port: int = 0  # the bookie's admin API (http_base_port + slot), 0 = none
+    bookie_group: str = ""  # its placement group (HostingConfig.bookie_group), "" = none
 
     def encode(self) -> bytes:
         return json.dumps(asdict(self), sort_keys=True).encode()
@@ -394,7 +406,7 @@ class SlotRunner:
         explicit = {
             "zk_connect": self.cfg.zk_connect, "port": self.cfg.port(self.slot),
             "host": self.cfg.bind_host or bind_host(), "advertised_host": self.status.host,
-            "network_location": self.status.network_location,
+            "network_location": self.status.network_location, "bookie_group": self.status.bookie_group,
             "journal_dirs": [str(d / "journal")], "ledger_dirs": [str(d / "ledgers")],
             "zk_session_timeout_ms": self.cfg.zk_session_timeout_ms,
         }
@@ -535,7 +547,8 @@ def run_slot(cfg: HostingConfig, slot: int, _rows: Iterable[Any]) -> Iterator[st
     info = executor_info()
     status = SlotStatus(
         slot=slot, state=STARTING, bookie_id=f"{host}:{cfg.port(slot)}", host=host,
-        network_location=cfg.network_location(host, slot), executor_id=info.executor_id,
+        network_location=cfg.network_location(host, slot), bookie_group=cfg.bookie_group(host, slot),
+        executor_id=info.executor_id,
         executor_pid=info.pid, worker_pid=os.getpid(), app_id=info.app_id,
         task_attempt_id=_task_attempt_id(), started_ms=int(time.time() * 1000))
     log.info("slot %d: task %s on executor %s (pid %s) will run bookie %s", slot, status.task_attempt_id,

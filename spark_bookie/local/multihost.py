@@ -11,14 +11,21 @@ from __future__ import annotations
 
 import logging
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from metadata import MetadataStore
 from spark_bookie.local.hosts import NETNS, Host, Hosts
-from spark_bookie.local.sandbox import BookieProcess, SandboxError, connect_as_bookies, init_layout, stop_cluster
+from spark_bookie.local.sandbox import (
+    BookieProcess,
+    SandboxError,
+    connect_as_bookies,
+    group_setting,
+    init_layout,
+    stop_cluster,
+)
 from spark_bookie.local.secure import SecureSandboxFiles, load_secure_files, sandbox_secure_files
 
 if TYPE_CHECKING:
@@ -66,17 +73,19 @@ class MultiHostCluster:
 
     def __init__(self, root: str | Path, hosts: int = 3, *, bookie_hosts: int | None = None, mode: str = "auto",
                  bookie_settings: dict[str, Any] | None = None, zk_session_timeout_ms_max: int = 20_000,
-                 secure: bool = False, resume: HostsLayout | None = None) -> None:
+                 secure: bool = False, resume: HostsLayout | None = None, bookie_groups: Sequence[str] = ()) -> None:
         """`secure`: TLS with client certificates, tokens, ZooKeeper ACLs and ZooKeeper over TLS
         (sandbox --secure), with certificates for the hosts' and the gateway's addresses;
         `self.secure_files` then holds the client config.
         `resume`: come back as a previous cluster under the same root was (its addresses, ports,
-        data and secure files); SandboxError if the hosts do not get its addresses again."""
+        data and secure files); SandboxError if the hosts do not get its addresses again.
+        `bookie_groups`: the placement group of each host's bookie, in host order ("": none)."""
         self.root = Path(root).absolute()
         self._secure = secure
         self._resume = resume
         self.secure_files: SecureSandboxFiles | None = None
         self.hosts = Hosts(self.root / "hosts", hosts, mode=mode)
+        self._groups = list(bookie_groups)
         self.bookie_hosts = hosts if bookie_hosts is None else bookie_hosts
         self.settings = {"zk_session_timeout_ms": 4000, "gc_interval_ms": 3_600_000, **(bookie_settings or {})}
         self.zk: EmbeddedZooKeeper | None = None
@@ -111,8 +120,8 @@ class MultiHostCluster:
             self.zk.start()
             self.store = connect_as_bookies(self.connect_string, self.settings)
             init_layout(self.store, self.settings)
-            for host in list(self.hosts)[: self.bookie_hosts]:
-                self.add_bookie(host, wait=False)
+            for i, host in enumerate(list(self.hosts)[: self.bookie_hosts]):
+                self.add_bookie(host, wait=False, **group_setting(self._groups, i))
             for b in self.bookies:
                 b.wait_registered(self.store)
         except BaseException:
@@ -187,12 +196,13 @@ class MultiHostCluster:
 
 def run_hosts_sandbox(root: str | Path, hosts: int, wait: Callable[[], object], *,
                       mode: str = "auto", secure: bool = False, sandbox_dir: SandboxDir | None = None,
-                      resume: HostsLayout | None = None) -> int:
+                      resume: HostsLayout | None = None, bookie_groups: Sequence[str] = ()) -> int:
     """`spark-bookie sandbox --hosts N [--secure]`: a bookie on each of N hosts, ZooKeeper on the
     gateway; print where everything is and how to run a command inside a host, then wait for
     ``wait`` to return. ``resume``: the previous sandbox's record (same addresses, ports, data);
-    ``sandbox_dir`` gets this one's once it is up."""
-    with MultiHostCluster(Path(root) / "hosts-sandbox", hosts, mode=mode, secure=secure, resume=resume) as cluster:
+    ``sandbox_dir`` gets this one's once it is up. ``bookie_groups``: each host's bookie's group."""
+    with MultiHostCluster(Path(root) / "hosts-sandbox", hosts, mode=mode, secure=secure, resume=resume,
+                          bookie_groups=bookie_groups) as cluster:
         h = cluster.hosts
         if sandbox_dir is not None:
             _record(sandbox_dir, cluster, hosts, secure)
@@ -204,7 +214,8 @@ def run_hosts_sandbox(root: str | Path, hosts: int, wait: Callable[[], object], 
                   "partitions cannot be made", flush=True)
         for host in h:
             where = f"ip netns exec {host.netns} COMMAND" if host.netns else "(runs on this machine)"
-            ids = ", ".join(b.bookie_id for b in cluster.bookies_on(host))
+            ids = ", ".join(b.bookie_id + (f" (group {b.settings['bookie_group']})" if b.settings.get("bookie_group")
+                                           else "") for b in cluster.bookies_on(host))
             print(f"host {host.name} {host.address}: bookie {ids}; {where}", flush=True)
         if cluster.secure_files is not None:
             cluster.secure_files.announce()

@@ -218,19 +218,26 @@ def stop_cluster(bookies: Sequence[BookieProcess], store: MetadataStore | None, 
         zk.stop()
 
 
+def group_setting(groups: Sequence[str], i: int) -> dict[str, str]:
+    """The bookie setting that puts the ``i``-th bookie of a sandbox in its placement group."""
+    return {"bookie_group": groups[i]} if i < len(groups) and groups[i] else {}
+
+
 class Sandbox:
     """Embedded ZooKeeper + `bookies` bookie processes under `root`."""
 
     def __init__(self, root: str | Path, bookies: int = 3, *, zk_port: int | None = None,
                  zk_connect: str | None = None, bookie_settings: dict[str, Any] | None = None,
                  http: bool = False, bookie_ports: Sequence[int] = (), http_ports: Sequence[int] = (),
-                 zk_tls: ZooKeeperServerTls | None = None) -> None:
+                 zk_tls: ZooKeeperServerTls | None = None, bookie_groups: Sequence[str] = ()) -> None:
         """With `zk_connect`, use that (running) ZooKeeper instead of starting an embedded one.
         With `http`, every bookie serves the admin API and /metrics on a port of its own.
         `bookie_ports` / `http_ports`: the ports of the first bookies (a resumed sandbox's), free
         ones for the rest. `zk_tls`: the embedded ZooKeeper serves TLS only (a secured sandbox's,
-        `SecureSandboxFiles.zookeeper_tls()`, with bookie settings that say `zk_tls`)."""
+        `SecureSandboxFiles.zookeeper_tls()`, with bookie settings that say `zk_tls`).
+        `bookie_groups`: the placement group of each bookie in order ("" or past the end: none)."""
         self.http = http
+        self._groups = list(bookie_groups)
         self._ports = list(bookie_ports)
         self._http_ports = list(http_ports)
         self.root = Path(root)
@@ -255,8 +262,8 @@ class Sandbox:
             self.zk.start()
         self.store = connect_as_bookies(self.connect_string, self.settings)
         init_layout(self.store, self.settings)
-        for _ in range(self._count):
-            self.add_bookie(wait=False)
+        for i in range(self._count):
+            self.add_bookie(wait=False, **group_setting(self._groups, i))
         for b in self.bookies:
             b.wait_registered(self.store)
 

@@ -296,7 +296,7 @@ class Bookie:
         # "auth": clients learn that this cluster checks tokens even when they cannot reach the
         # bookie (LedgerClient.confirm_admin must then not take silence for an open cluster).
         return json.dumps({"id": self.bookie_id, "address": self.address, "add_port": self.add_port,
-                           "network_location": self.config.network_location,
+                           "network_location": self.config.network_location, "bookie_group": self.config.bookie_group,
                            "auth": "token" if self.config.auth_enabled else "none"}).encode()
 
     def _register(self, read_only: bool) -> None:

@@ -7,6 +7,7 @@ defaults below, a TOML file (`--conf`), and explicit overrides (command-line fla
 from __future__ import annotations
 
 import dataclasses
+import re
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -17,6 +18,7 @@ from metadata.tls import ZkTls, ZkTlsError
 from spark_bookie.errors import ConfigError
 
 COMPRESSION_CHOICES = ("none", "lz4")
+GROUP_NAME = re.compile(r"[A-Za-z0-9._-]{1,64}")   # as namespace settings name groups (ledger_client.stream.settings)
 
 
 @dataclass(frozen=True)
@@ -30,6 +32,7 @@ class BookieConfig:
     add_port: int = 0                           # TCP add listener (spark_bookie.server.tcp_listener); 0 = OS picks
     advertised_host: str = ""                   # host part of the bookie id; empty = `host`
     network_location: str = ""                  # rack/zone for placement, e.g. "/zone-a/rack-1"
+    bookie_group: str = ""                      # placement group namespaces may ask for (DESIGN §4.10); "" = none
     journal_dirs: tuple[str, ...] = ()
     ledger_dirs: tuple[str, ...] = ()
     registration_wait_ms_max: int = 60_000      # wait this long for a stale znode of ours to expire
@@ -121,6 +124,8 @@ class BookieConfig:
         if self.min_usable_index_bytes < 0 or self.min_usable_entry_log_bytes < 0:
             problems.append("min_usable_index_bytes and min_usable_entry_log_bytes must be >= 0")
         if not (0 <= self.http_port < 65536) or (self.http_port and self.http_port in (self.port, self.add_port)):
+        if self.bookie_group and not (isinstance(self.bookie_group, str) and GROUP_NAME.fullmatch(self.bookie_group)):
+            problems.append(f"bookie_group {self.bookie_group!r} is not a group name ([A-Za-z0-9._-], 1-64 characters)")
             problems.append(f"http_port {self.http_port} is not 0 (off) or in 1..65535 apart from port and add_port")
         if self.entry_size_bytes_max + 1024 > self.grpc_message_bytes_max:
             problems.append("grpc_message_bytes_max must exceed entry_size_bytes_max")

@@ -151,3 +151,33 @@ def test_ledger_metadata_keeps_its_groups_through_encoding():
     assert PlacementGroups.of_ledger(decode(encode(md), 7)) == GOLD_THEN_SILVER
     plain = dataclasses.replace(md, bookie_groups=(), bookie_groups_secondary=())
     assert PlacementGroups.of_ledger(decode(encode(plain), 7)) == NO_GROUPS
+
+
+def test_spark_hosting_maps_executor_hosts_to_groups(tmp_path):
+    from spark_bookie.errors import ConfigError
+    from spark_bookie.hosting.config import _read_rack_map
+    from spark_bookie.hosting.slots import HostingConfig
+
+    cfg = HostingConfig(zk_connect="h:1", bookies=2, data_root="/d", group_map=(("h1", "gold"),),
+                        bookie_group_template="g-{slot}").validate()
+    assert cfg.bookie_group("h1", 0) == "gold" and cfg.bookie_group("h2", 1) == "g-1"
+    assert HostingConfig(zk_connect="h:1", bookies=1, data_root="/d").bookie_group("h", 0) == ""
+    (tmp_path / "groups").write_text("h1 gold  # the fast disks\nh2 silver\n")
+    assert _read_rack_map(str(tmp_path / "groups"), "bookie group map", "group") == (("h1", "gold"), ("h2", "silver"))
+    (tmp_path / "bad").write_text("h1 /rack-1\n")
+    with pytest.raises(ConfigError, match="bookie group map"):
+        _read_rack_map(str(tmp_path / "bad"), "bookie group map", "group")
+    with pytest.raises(ConfigError, match="bookie group template"):
+        HostingConfig(zk_connect="h:1", bookies=1, data_root="/d", bookie_group_template="{rack}").validate()
+
+
+def test_bookie_config_takes_a_valid_group_only(tmp_path):
+    from spark_bookie.errors import ConfigError
+    from spark_bookie.server.config import load_config
+
+    dirs = {"journal_dirs": ["/j"], "ledger_dirs": ["/l"]}
+    (tmp_path / "b.toml").write_text('[bookie]\nbookie_group = "gold"\n')
+    assert load_config(tmp_path / "b.toml", **dirs).bookie_group == "gold"
+    assert load_config(tmp_path / "b.toml", bookie_group="silver", **dirs).bookie_group == "silver"
+    with pytest.raises(ConfigError, match="bookie_group"):
+        load_config(None, bookie_group="no spaces", **dirs)
