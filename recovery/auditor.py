@@ -11,8 +11,12 @@ While elected it
   marked again: e.g. created by a writer that had not noticed it go);
 - every ``check_all_ledgers_interval_ms`` reads sampled entries of every finished fragment from
   each of its available bookies (:mod:`recovery.checker`) and marks bookies that lost entries;
-- every ``placement_check_interval_ms`` counts fragments that break the placement policy (logged
-  and kept in :attr:`Auditor.stats`; moving them is left to an operator, as BookKeeper's default).
+- every ``placement_check_interval_ms`` counts fragments that break the rack placement policy
+  (logged and kept in :attr:`Auditor.stats`; moving them is left to an operator, as BookKeeper's
+  default), and closed ledgers whose copies break their placement groups (DESIGN §4.10: the
+  namespace's current groups, else the ledger's recorded ones), which it counts
+  (``ledgers_not_adhering``) and marks under-replicated with the misplaced bookies as missing, so
+  that replication workers move those copies into the groups.
 Nothing is marked while re-replication is disabled; the audit waits for it to be enabled again.
 """
 
@@ -30,7 +34,8 @@ from metadata import LedgerMetadata, MetadataError, MetadataStore
 
 from .checker import FragmentChecker
 from .config import AutoRecoveryConfig
-from .plan import build_index, placement_violations
+from .groups import LedgerGroups
+from .plan import build_index, misplaced_copies, placement_violations
 from .tracker import LostBookieTracker
 
 log = logging.getLogger(__name__)
@@ -51,6 +56,7 @@ class AuditorStats:
     fragments_missing_entries: int = 0
     placement_checks: int = 0
     placement_violations: int = 0
+    ledgers_not_adhering: int = 0     # closed ledgers with copies outside their placement groups, last check
 
 
 def scan_ledgers(store: MetadataStore, batch: int,
@@ -316,15 +322,37 @@ class Auditor:
 
     def _check_placement(self) -> None:
         available = self._current_available()
-        location_of = {b: self._store.cluster.bookie_info(b).get("network_location", "") for b in available}
+        info = {b: self._store.cluster.bookie_info(b) for b in available}
+        location_of = {b: str(i.get("network_location") or "") for b, i in info.items()}
+        group_of = {b: str(i.get("bookie_group") or "") for b, i in info.items()}
+        writable = set(self._store.cluster.list_bookies())
+        groups = LedgerGroups(self._store)
         violations = 0
+        misplaced: dict[int, set[str]] = {}
         for md in scan_ledgers(self._store, self._cfg.metadata_reads_in_flight_max):
             found = placement_violations(md, location_of, self._cfg.placement_min_locations_per_write_quorum)
             for key, why in found:
                 log.warning("auditor: ledger %d fragment %d breaks the placement policy: %s", md.ledger_id, key, why)
             violations += len(found)
+            wrong = misplaced_copies(md, groups.of(md), group_of, writable)
+            if wrong:
+                misplaced[md.ledger_id] = wrong
+                log.warning("auditor: ledger %d has copies on %s, outside its placement %s", md.ledger_id,
+                            sorted(wrong), groups.of(md).describe())
         self.stats.placement_checks += 1
         self.stats.placement_violations = violations
+        self.stats.ledgers_not_adhering = len(misplaced)
+        self._mark_misplaced(misplaced)
+
+    def _mark_misplaced(self, misplaced: dict[int, set[str]]) -> None:
+        """Queue the misplaced copies for the workers (not while re-replication is disabled). A
+        ledger already marked with them is left as it is: re-marking would only rewrite its node."""
+        if not misplaced or not self._store.underreplication.is_replication_enabled():
+            return
+        queued = self._store.underreplication.list_underreplicated()
+        marks = {lid: sorted(b) for lid, b in misplaced.items() if not b <= set(queued.get(lid, ()))}
+        self._store.underreplication.mark_underreplicated_many(marks)
+        self.stats.ledgers_marked += len(marks)
 
     # ------------------------------------------------------------------ helpers
 

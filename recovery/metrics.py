@@ -54,6 +54,12 @@ class AutoRecoveryCollector(Collector):
                                   value=float(audit.audits if audit is not None else 0))
         yield CounterMetricFamily("auditor_LEDGERS_MARKED_UNDER_REPLICATED", "Ledgers this auditor marked",
                                   value=float(audit.ledgers_marked if audit is not None else 0))
+        adhering = float(audit.ledgers_not_adhering if audit is not None else 0)
+        # BookKeeper's name in its auditor scope; DESIGN §4.10 spells it all in capitals: both are served.
+        for name in ("auditor_NUM_LEDGERS_NOT_ADHERING_TO_PLACEMENT_POLICY",
+                     "AUDITOR_NUM_LEDGERS_NOT_ADHERING_TO_PLACEMENT_POLICY"):
+            yield GaugeMetricFamily(name, "Closed ledgers whose copies break their placement groups (last check)",
+                                    value=adhering)
         queued = self._queue_length()
         if queued is not None:
             yield GaugeMetricFamily("auditor_NUM_UNDER_REPLICATED_LEDGERS",

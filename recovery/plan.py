@@ -21,7 +21,15 @@ from collections.abc import Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 from ledger_client.machines import write_set
-from ledger_client.placement import BookieNode, EnsemblePlacement
+from ledger_client.placement import (
+    NO_GROUPS,
+    PRIMARY,
+    SECONDARY,
+    BookieNode,
+    EnsemblePlacement,
+    PlacementGroups,
+    misplaced,
+)
 from metadata import LedgerMetadata, transitions
 
 from .errors import FragmentUnrecoverableError, OpenFragmentError
@@ -74,11 +82,32 @@ def names_any(md: LedgerMetadata, bookies: Collection[str]) -> bool:
 
 
 def choose_replacements(placement: EnsemblePlacement, repair: FragmentRepair, writable: Iterable[BookieNode],
-                        exclude: Collection[str]) -> dict[int, str]:
-    """A new bookie per replaced position, spread by the placement policy, never one of ``exclude``
-    nor one already in the fragment (NotEnoughBookiesError when there are too few)."""
-    new = placement.replace(list(repair.ensemble), repair.positions, writable, exclude)
+                        exclude: Collection[str], groups: PlacementGroups = NO_GROUPS) -> dict[int, str]:
+    """A new bookie per replaced position, spread by the placement policy within ``groups``, never
+    one of ``exclude`` nor one already in the fragment (NotEnoughBookiesError when too few)."""
+    new = placement.replace(list(repair.ensemble), repair.positions, writable, exclude, groups)
     return {i: new[i] for i in repair.positions}
+
+
+def move_groups(groups: PlacementGroups, repair: FragmentRepair, alive: Iterable[BookieNode]) -> PlacementGroups | None:
+    """The groups a repair's replacements must come from when it moves live bookies that break
+    ``groups`` (the auditor marked them misplaced): better placed than the bookies they replace
+    (:meth:`PlacementGroups.better_than`). None when it moves none: a plain repair, which may also
+    fill a bookie back in place."""
+    tier_of = {n.bookie_id: groups.tier(n.group) for n in alive}
+    tiers = [tier_of[b] for b in repair.replaced if b in tier_of and tier_of[b] != PRIMARY]
+    if not groups or not tiers:
+        return None
+    return groups.better_than(SECONDARY if SECONDARY in tiers else None)
+
+
+def misplaced_copies(md: LedgerMetadata, groups: PlacementGroups, group_of: Mapping[str, str],
+                     writable: Collection[str]) -> set[str]:
+    """The bookies of a closed ledger that break its placement groups (ledger_client.placement.
+    misplaced); an open ledger's ensemble is its writer's business, so nothing for those."""
+    if not md.is_closed:
+        return set()
+    return misplaced(md.ensembles.values(), group_of, writable, groups)
 
 
 # ---------------------------------------------------------------------- what to copy

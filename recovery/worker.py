@@ -46,11 +46,13 @@ from .checker import FragmentChecker
 from .config import AutoRecoveryConfig
 from .copier import FragmentCopier
 from .errors import RecoveryError, ReplicationError
+from .groups import LedgerGroups
 from .plan import (
     FragmentRepair,
     RepairKind,
     choose_replacements,
     copy_runs,
+    move_groups,
     plan_repair,
     replace_in_fragment,
 )
@@ -244,7 +246,7 @@ class ReplicationWorker:
         md, version = self._repair_finished(md, version, gone, filled)
         open_last = next((r for r in plan_repair(md, gone) if r.kind is RepairKind.OPEN_LAST), None)
         if open_last is not None:
-            if not self._replaceable(open_last, gone):
+            if not self._replaceable(md, open_last, gone):
                 return self._leave_to_writer(md, open_last), 0.0
             waiting = self._wait_for_writer(md, gone)
             if waiting is not None:
@@ -261,11 +263,11 @@ class ReplicationWorker:
         left = [r for r in plan_repair(md, gone) if r.first_entry_id not in filled]
         return (Outcome.RETRY if left else Outcome.DONE), 0.0
 
-    def _replaceable(self, repair: FragmentRepair, gone: Collection[str]) -> bool:
+    def _replaceable(self, md: LedgerMetadata, repair: FragmentRepair, gone: Collection[str]) -> bool:
         """Could the placement policy find bookies for the fragment's missing ones now?"""
         try:
             choose_replacements(self._client.placement, repair, self._client.registry.writable(),
-                                set(gone) | set(repair.ensemble))
+                                set(gone) | set(repair.ensemble), LedgerGroups(self._store).of(md))
         except errors.NotEnoughBookiesError:
             return False
         return True
@@ -312,15 +314,20 @@ class ReplicationWorker:
     def _repair(self, md: LedgerMetadata, version: int, repair: FragmentRepair, gone: Collection[str],
                 filled: set[int]) -> tuple[LedgerMetadata, int]:
         """Copy one finished fragment (if it has entries) to new bookies and publish it by CAS;
-        with no bookie to take their place, fill it in place if its missing bookies are back."""
+        with no bookie to take their place, fill it in place if its missing bookies are back.
+        Replacements keep to the ledger's placement groups; a live bookie the auditor found
+        outside them is moved only to a better placed one, never filled in place: with none to
+        move it to, the ledger stays marked and is retried after a backoff."""
         if self._stop.is_set():
             raise ReplicationError("the worker is stopping")
         registry = self._client.registry
+        groups = LedgerGroups(self._store).of(md)
+        moving = move_groups(groups, repair, registry.writable())
         try:
             new = choose_replacements(self._client.placement, repair, registry.writable(),
-                                      set(gone) | set(repair.ensemble))
+                                      set(gone) | set(repair.ensemble), groups if moving is None else moving)
         except errors.NotEnoughBookiesError:
-            if not self._fill_in_place(md, repair):
+            if moving is not None or not self._fill_in_place(md, repair):
                 raise
             filled.add(repair.first_entry_id)
             return md, version
