@@ -117,6 +117,8 @@ class BookieConfig:
             problems.append("journal_dirs is empty: give --journal-dir")
         if not self.ledger_dirs:
             problems.append("ledger_dirs is empty: give --ledger-dir")
+        if self.bookie_group and not (isinstance(self.bookie_group, str) and GROUP_NAME.fullmatch(self.bookie_group)):
+            problems.append(f"bookie_group {self.bookie_group!r} is not a group name ([A-Za-z0-9._-], 1-64 characters)")
         if self.compression not in COMPRESSION_CHOICES:
             problems.append(f"compression must be one of {COMPRESSION_CHOICES}, not {self.compression!r}")
         if not (0 < self.disk_usage_lwm <= self.disk_usage_threshold <= 1.0):
@@ -124,8 +126,6 @@ class BookieConfig:
         if self.min_usable_index_bytes < 0 or self.min_usable_entry_log_bytes < 0:
             problems.append("min_usable_index_bytes and min_usable_entry_log_bytes must be >= 0")
         if not (0 <= self.http_port < 65536) or (self.http_port and self.http_port in (self.port, self.add_port)):
-        if self.bookie_group and not (isinstance(self.bookie_group, str) and GROUP_NAME.fullmatch(self.bookie_group)):
-            problems.append(f"bookie_group {self.bookie_group!r} is not a group name ([A-Za-z0-9._-], 1-64 characters)")
             problems.append(f"http_port {self.http_port} is not 0 (off) or in 1..65535 apart from port and add_port")
         if self.entry_size_bytes_max + 1024 > self.grpc_message_bytes_max:
             problems.append("grpc_message_bytes_max must exceed entry_size_bytes_max")
