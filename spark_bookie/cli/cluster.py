@@ -75,6 +75,8 @@ def _cluster_stop(store: MetadataStore, name: str, wait_s: float) -> int:
 
 
 def _cluster_status(store: MetadataStore, name: str, as_json: bool) -> int:
+    from ledger_client.stream.placement import namespaces_problems  # here: the CLI starts without grpc
+
     driver = decode_status(store.cluster.get_app_data(app_key(name, "driver")))
     wanted = int(driver.get("bookies", 0) or 0)
     h = cluster_health(store, name, wanted)
@@ -84,9 +86,12 @@ def _cluster_status(store: MetadataStore, name: str, as_json: bool) -> int:
     h["resubmits"] = driver.get("resubmits", 0)
     for slot in h["slots"].values():
         slot["http_state"] = _bookie_http_state(slot)
+    h["placement_problems"] = namespaces_problems(store)
     if as_json:
         print(json.dumps(h, indent=2, sort_keys=True))
         return 0 if driver else 1
+    for ns, problems in h["placement_problems"].items():   # any cluster's, Spark-hosted or not
+        print(f"placement: namespace {ns}: " + "; ".join(problems))
     if not driver:
         print(f"no bookie cluster {name!r} has run on this ZooKeeper root")
         return 1

@@ -5,11 +5,14 @@ metrics and the under-replication list) and, when a test needs one, a replicatio
 The tests run in order on the same cluster (each leaves every bookie up): segments land on gold;
 a gold bookie SIGKILLed during writes is replaced by gold; its sealed segments are re-replicated
 onto gold; moving the namespace to silver makes the auditor count and mark every sealed segment,
-the worker moves them, and nothing stays marked."""
+the worker moves them, and nothing stays marked; a group without bookies is reported by `cluster
+status`, and ledgers that cannot be moved stay marked while the worker backs off."""
 
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -165,3 +168,29 @@ def test_auditor_marks_and_worker_moves_segments_after_the_groups_change(cluster
             assert cluster.groups_of(md) == {"silver"}, (md.ledger_id, md.ensembles)
     with ns.open_reader(STREAM) as r:   # the moved copies are whole: every record reads back
         assert sum(1 for _ in iter(lambda: r.read_next(timeout_ms=2000), None)) == 40
+
+
+def test_a_group_without_bookies_is_reported_and_its_ledgers_stay_marked_without_a_hot_loop(cluster):
+    ns = cluster.client.namespace(NS)
+    sealed = {md.ledger_id for md in cluster.segment_ledgers() if md.is_closed}
+    ns.update_settings(bookie_groups=["bronze"])
+    status = subprocess.run([sys.executable, "-m", "spark_bookie.cli", "cluster", "status", "--zk",
+                             cluster.sb.connect_string], capture_output=True, text=True, timeout=60)
+    assert f"placement: namespace {NS}: bookie group 'bronze' has no writable bookies" in status.stdout, status
+    wait_until(lambda: cluster.metric() == len(sealed) and set(cluster.listed()) == sealed, 30,
+               what="every sealed segment counted and listed")
+    worker = cluster.worker()
+    try:
+        t0 = time.monotonic()
+        wait_until(lambda: worker.log().count("not re-replicated this time") >= 2 * len(sealed), 30,
+                   what="each ledger tried at least twice")
+        attempts, elapsed = worker.log().count("not re-replicated this time"), time.monotonic() - t0
+    finally:
+        worker.stop()
+    assert "groups bronze" in worker.log()
+    # backing off (first 0.3 s, doubling): a hot loop would have made hundreds of attempts
+    assert attempts <= len(sealed) * (elapsed / 0.3 + 2), (attempts, elapsed)
+    assert set(cluster.listed()) == sealed
+    for md in cluster.segment_ledgers():
+        if md.ledger_id in sealed:
+            assert cluster.groups_of(md) == {"silver"}, (md.ledger_id, md.ensembles)
