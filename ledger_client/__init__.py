@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from .stream.aio import AsyncNamespace, AsyncStreamReader, AsyncStreamWriter
     from .stream.dlsn import DLSN, LogRecord
     from .stream.namespace import Namespace, SegmentInfo, StreamInfo
+    from .stream.quota import NamespaceUsage
     from .stream.reader import StreamReader
     from .stream.settings import NamespaceSettings
     from .stream.tenants import TenantInfo
@@ -42,6 +43,7 @@ _EXPORTS = {
     "NamespaceSettings": ".stream.settings", "StreamInfo": ".stream.namespace", "SegmentInfo": ".stream.namespace",
     "StreamReader": ".stream.reader", "StreamWriter": ".stream.writer", "AsyncNamespace": ".stream.aio",
     "AsyncStreamReader": ".stream.aio", "AsyncStreamWriter": ".stream.aio", "TenantInfo": ".stream.tenants",
+    "NamespaceUsage": ".stream.quota",
 }
 
 __all__ = sorted([*_EXPORTS, "errors"])

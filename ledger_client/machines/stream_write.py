@@ -133,6 +133,11 @@ class StreamWriteState(Generic[T]):
         return self.error is not None or not (self._buffer or self._in_flight or self._transition)
 
     @property
+    def buffered_bytes(self) -> int:
+        """What the records waiting to be sent cost (payloads and per-record overhead)."""
+        return self._buffer_bytes
+
+    @property
     def transitioning(self) -> bool:
         return self._transition
 

@@ -11,6 +11,7 @@ from typing import Any
 from .. import errors
 from .dlsn import DLSN, LogRecord
 from .namespace import Namespace, StreamInfo
+from .quota import NamespaceUsage
 from .reader import StreamReader
 from .settings import NamespaceSettings
 from .writer import StreamWriter
@@ -111,6 +112,9 @@ class AsyncNamespace:
 
     async def stream_info(self, name: str) -> StreamInfo:
         return await asyncio.to_thread(self.sync.stream_info, name)
+
+    async def storage_usage(self) -> NamespaceUsage:
+        return await asyncio.to_thread(self.sync.storage_usage)
 
     async def apply_retention(self, name: str) -> int:
         return await asyncio.to_thread(self.sync.apply_retention, name)

@@ -4,12 +4,13 @@ points to writers and readers."""
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from metadata.streams import (
     SegmentEnd,
     SegmentMeta,
+    SegmentState,
     StreamMeta,
     StreamView,
     decode_access,
@@ -22,6 +23,7 @@ from .. import errors
 from ..metadata_errors import metadata_errors
 from .dlsn import DLSN
 from .meta import check_names, now_ms
+from .quota import NamespaceUsage, read_usage
 from .reader import StreamReader
 from .segments import apply_retention, live_end
 from .settings import NamespaceSettings
@@ -75,6 +77,12 @@ class StreamInfo:
     last_txid: int
     end_of_stream: bool
     truncated_before: DLSN | None
+    # Storage against the namespace's quota (DESIGN §4.10, stream/quota.py): this stream's bytes on
+    # bookies (sealed segments and the one in progress, not tiered ones), the namespace's (with
+    # this stream's as counted here), and the quota (None: none).
+    storage_bytes: int = 0
+    namespace_storage_bytes: int = 0
+    storage_quota_bytes: int | None = None
 
     @classmethod
     def of(cls, name: str, view: StreamView, live: SegmentEnd | None = None) -> StreamInfo:
@@ -86,7 +94,16 @@ class StreamInfo:
         if first is not None and tb is not None and tb > first:
             first = tb
         last_txid = max([view.meta.max_txid, *(s.last_txid for s in segs)])
-        return cls(name, segs, first, lasts[-1] if lasts else None, last_txid, view.meta.end_of_stream, tb)
+        held = sum(s.bytes for s in segs if s.state != SegmentState.TIERED.value)
+        return cls(name, segs, first, lasts[-1] if lasts else None, last_txid, view.meta.end_of_stream, tb, held)
+
+    def with_usage(self, usage: NamespaceUsage) -> StreamInfo:
+        """This info with its namespace's usage, this stream counted as here (the segment in
+        progress read from its ledger, fresher than what its writer last published)."""
+        mine = usage.streams.get(self.name)
+        others = usage.used_bytes - (mine.total if mine is not None else 0)
+        return replace(self, namespace_storage_bytes=others + self.storage_bytes,
+                       storage_quota_bytes=usage.quota_bytes)
 
 
 class Namespace:
@@ -209,12 +226,19 @@ class Namespace:
             view = self.view(name)
             seg = view.in_progress
             try:
-                return StreamInfo.of(name, view, live_end(self, name, seg) if seg is not None else None)
+                info = StreamInfo.of(name, view, live_end(self, name, seg) if seg is not None else None)
+                return info.with_usage(read_usage(self.client.store, self.name))
             except errors.NoSuchLedgerError:
                 if attempt + 1 == STREAM_INFO_TRIES:
                     raise
                 # The segment went after the read (an empty one dropped by a recovery): read again.
         raise errors.MetadataServiceError(f"stream {self.name}/{name}: no stream info")  # not reached
+
+    def storage_usage(self) -> NamespaceUsage:
+        """The namespace's bytes on bookies against its ``storage_quota_bytes`` (stream/quota.py:
+        sealed segments exactly, segments in progress as their writers last published them)."""
+        self.require(CONSUME, PRODUCE)
+        return read_usage(self.client.store, self.name)
 
     def delete_stream(self, name: str) -> None:
         """The stream, its metadata and its segments' ledgers."""
@@ -297,5 +321,5 @@ def delete_namespace(client: LedgerClient, name: str, force: bool = False) -> No
         client.store.streams.delete_namespace(name)
 
 
-__all__ = ["Namespace", "SegmentInfo", "StreamInfo", "create_namespace", "delete_namespace", "get_namespace",
-           "list_namespaces"]
+__all__ = ["Namespace", "NamespaceUsage", "SegmentInfo", "StreamInfo", "create_namespace", "delete_namespace",
+           "get_namespace", "list_namespaces"]

@@ -31,12 +31,15 @@ COMMIT_TRIES_MAX = 20
 def commit(ns: Namespace, name: str, decide: Callable[[StreamView], Change | None],
            lock: StreamLockInfo | None) -> tuple[StreamView, Change | None]:
     """Read the stream, decide the change, commit it; a lost CAS (someone else changed the stream:
-    retention, a truncation) decides again on a fresh read. A lost lock is StreamLockedError."""
+    retention, a truncation) decides again on a fresh read. A lost lock is StreamLockedError.
+    Every change leaves with the stream node's bytes on bookies recomputed (tr.accounted): the
+    change returned is the one committed."""
     for _ in range(COMMIT_TRIES_MAX):
         view = ns.view(name)
-        change = decide(view)
-        if change is None:
+        decided = decide(view)
+        if decided is None:
             return view, None
+        change = tr.accounted(view, decided)
         try:
             with metadata_errors(f"change stream {ns.name}/{name}"):
                 try:

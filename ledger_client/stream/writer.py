@@ -26,6 +26,10 @@ nothing is in flight, so it never waits for entries.
 
 Opening a writer takes the stream's ZooKeeper lock and recovers a dead writer's segment with
 fencing first (invariant 9); every metadata change it makes checks that it still holds the lock.
+
+The namespace's storage quota (DESIGN §4.10, quota.py) is checked before a record enters the
+machine, under the lock, against figures the writer keeps (no I/O on the fast path): a refused
+record gets a failed future (QuotaExceededError), takes no txid and leaves the writer as it was.
 """
 
 from __future__ import annotations
@@ -50,6 +54,7 @@ from ..machines.stream_write import Actions, Done, Entry, Failed, Limits, Segmen
 from ..metadata_errors import metadata_errors
 from .dlsn import DLSN
 from .meta import check_names, now_ms
+from .quota import SyncPlan, Verdict, WriterQuota, fail_after, refusal
 from .records import FLAG_CONTROL, RECORD_OVERHEAD_BYTES, encode
 from .segments import apply_retention, commit, recover_segment
 
@@ -113,6 +118,11 @@ class StreamWriter:
             self._release_lock()
             raise
         self._sm: StreamWriteState[_Record] = StreamWriteState(last_txid, _limits(ns.settings), RECORD_OVERHEAD_BYTES)
+        # The storage quota (quota.py), the bytes appended to the segment in progress (counted by
+        # _append), and the last record written or refused (a refusal fails after it).
+        self._seg_bytes = 0
+        self._last_fut: Future[DLSN] | None = None
+        self._quota = WriterQuota(ns, name, self._stream_lock, self._mutex, lambda: self._seg_bytes)
 
     def _recover(self) -> int:
         """Seal what a dead writer left in progress (fencing its ledger); returns the last txid."""
@@ -144,9 +154,17 @@ class StreamWriter:
         data = bytes(payload)
         if txid is not None and (not isinstance(txid, int) or isinstance(txid, bool)):
             raise errors.IncorrectParameterError(f"txid must be an int, not {txid!r}")
+        return self._write(data, txid)
+
+    def _write(self, data: bytes, txid: int | None) -> Future[DLSN]:
+        """One record through the quota's gate into the machine. A record the quota refuses gets a
+        future that fails (QuotaExceededError) once the one written before it settled; a refusal on
+        an old read of the usage reads it first (RECHECK, at most every REFUSED_REFRESH_S)."""
         fut: Future[DLSN] = AppendFuture()   # settled once, by the completer
         act = _NOTHING
-        sm = self._sm
+        sm, gate = self._sm, self._quota.gate
+        before = None
+        verdict = Verdict.ADMIT
         with self._mutex:
             if len(data) > self._record_max:
                 raise errors.RecordTooLargeError(
@@ -155,12 +173,26 @@ class StreamWriter:
             if failed is None:
                 if self._ended or self._closed:
                     self._check_open()
-                if sm.add(txid, data, fut):
-                    act = self._act(sm.step(time.monotonic()))
+                now = time.monotonic()
+                cost, held = len(data) + RECORD_OVERHEAD_BYTES, self._seg_bytes + sm.buffered_bytes
+                verdict = gate.check(cost, held, now)
+                if verdict is Verdict.ADMIT:
+                    if sm.add(txid, data, fut):
+                        act = self._act(sm.step(now))
+                    self._last_fut = fut
+                    self._quota.admitted(now)
+                elif verdict is Verdict.REFUSE:
+                    before, self._last_fut = self._last_fut, fut
+                    refused = refusal(gate.used(held), gate.quota or 0, cost, f"stream {self.ns.name}/{self.name}")
         if failed is not None:
             raise self._failed_error(failed)   # outside the lock: naming who took the stream over reads ZooKeeper
         if act is not _NOTHING:
             self._after(act)
+        if verdict is Verdict.RECHECK:
+            self._quota.sync(SyncPlan(None, 0))
+            return self._write(data, txid)   # checked on the fresh read (no second RECHECK: it is new)
+        if verdict is Verdict.REFUSE:
+            fail_after(fut, before, refused)
         return fut
 
     def _check_open(self) -> None:
@@ -230,7 +262,9 @@ class StreamWriter:
         try:
             if handle is None:
                 raise errors.StreamClosedError(f"{self!r}: an entry with no segment ledger")
-            return handle.append_async(body)
+            appended = handle.append_async(body)
+            self._seg_bytes += len(body)
+            return appended
         except errors.LedgerError as e:
             if control:
                 self._sm.unsent(entry)
@@ -319,11 +353,14 @@ class StreamWriter:
                                            namespace=self.ns.name, bookie_groups=settings.bookie_groups,
                                            bookie_groups_secondary=settings.bookie_groups_secondary)
             try:
-                seq = self._commit_start(old, handle, old_end, w.ledger_id, first_txid)
+                seq, sealed_bytes, version = self._commit_start(old, handle, old_end, w.ledger_id, first_txid)
             except BaseException:
                 self._client.delete_ledger(w.ledger_id)
                 raise
             with self._mutex:
+                self._seg_bytes = 0   # the old segment's bytes are in sealed_bytes now
+                self._quota.gate.committed(sealed_bytes, version)
+                self._quota.gate.segment_started(seq, time.monotonic())
                 self._handle = w
                 self._record_max = settings.record_size_bytes_max
                 act = self._act(self._sm.segment_started(seq, first_txid, time.monotonic(), _limits(settings)))
@@ -340,19 +377,20 @@ class StreamWriter:
             self._fail(errors.StreamClosedError(f"segment transition failed: {e!r}"))
 
     def _commit_start(self, old: Segment | None, handle: WriteHandle | None, old_end: _SegmentEnd | None,
-                      ledger_id: int, first_txid: int) -> int:
-        """Commit the new segment (sealing ``old`` in the same multi-op); its sequence number."""
+                      ledger_id: int, first_txid: int) -> tuple[int, int | None, int]:
+        """Commit the new segment (sealing ``old`` in the same multi-op): its sequence number, and
+        the stream's sealed bytes with the version of the stream node that holds them."""
         if old is None or handle is None or old_end is None:
-            _view, change = commit(self.ns, self.name,
-                                   lambda v: tr.start_segment(v, ledger_id, first_txid, now_ms()), self._stream_lock)
+            view, change = commit(self.ns, self.name,
+                                  lambda v: tr.start_segment(v, ledger_id, first_txid, now_ms()), self._stream_lock)
         else:
             end = _close_segment(handle, old_end)
-            _view, change = commit(self.ns, self.name,
-                                   lambda v: tr.roll(v, old.sequence, end, ledger_id, first_txid, now_ms()),
-                                   self._stream_lock)
+            view, change = commit(self.ns, self.name,
+                                  lambda v: tr.roll(v, old.sequence, end, ledger_id, first_txid, now_ms()),
+                                  self._stream_lock)
         if change is None or not change.create:
             raise errors.MetadataServiceError(f"{self!r}: no segment was started")
-        return change.create[0].sequence
+        return change.create[0].sequence, change.meta.sealed_bytes, view.version + 1
 
     def _retention(self) -> None:
         try:
@@ -393,8 +431,11 @@ class StreamWriter:
                 self._check_open()
         if failed is not None:
             raise self._failed_error(failed)
-        commit(self.ns, self.name, lambda v: tr.truncate(v, (point.segment, point.entry_id, point.slot)),
-               self._stream_lock)
+        at = (point.segment, point.entry_id, point.slot)
+        view, change = commit(self.ns, self.name, lambda v: tr.truncate(v, at), self._stream_lock)
+        if change is not None:
+            with self._mutex:   # the space it freed counts for this writer's next write at once
+                self._quota.gate.committed(change.meta.sealed_bytes, view.version + 1)
         if self._client.metrics is not None:
             self._client.metrics.stream_truncations.inc()
 
@@ -426,6 +467,7 @@ class StreamWriter:
         finally:
             with self._mutex:
                 self._ended = self._ended or end
+                self._quota.close()
             self._release_lock()
 
     def _seal(self, end: bool) -> None:

@@ -96,6 +96,12 @@ class StreamMeta:
     truncated_before: Position | None = None  # no reader returns a record before it
     end_of_stream: bool = False
     spark_batches: dict[str, int] = field(default_factory=dict)  # query or job id -> last batch committed
+    # Bytes of the stream held on bookies (DESIGN §4.10: what a namespace's storage quota counts),
+    # kept by every change (transitions.accounted) so that a namespace's usage is one read of its
+    # stream nodes: the sealed segments' (tiered ones are not on bookies) and the segment in
+    # progress's as its writer last published it. None: last written before this was kept.
+    sealed_bytes: int | None = None
+    open_bytes: int = 0
 
 
 # ---------------------------------------------------------------------- encoding

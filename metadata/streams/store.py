@@ -180,6 +180,20 @@ class StreamStore:
         got = self._nodes.get_many([path])[0]
         return None if got is None else (decode_stream(got[0], f"stream {path}"), got[1])
 
+    def read_stream_heads(self, ns: str) -> tuple[bytes, dict[str, tuple[StreamMeta, int]]]:
+        """The namespace's settings and every stream node in it (not their segments): two round
+        trips (a listing, then one pipelined read), what a namespace's storage usage is summed
+        from. A stream deleted between the two is left out; NamespaceGoneError if the namespace
+        does not exist."""
+        names = self.list_streams(ns)
+        ns_path = self._ns_path(ns)
+        got = self._nodes.get_many([ns_path] + [f"{ns_path}/{check_name(n, 'stream')}" for n in names])
+        if got[0] is None:
+            raise NamespaceGoneError(f"namespace {ns!r} does not exist")
+        heads = {n: (decode_stream(g[0], f"stream {ns_path}/{n}"), g[1])
+                 for n, g in zip(names, got[1:], strict=True) if g is not None}
+        return got[0][0], heads
+
     def commit_stream(self, ns: str, name: str, base_version: int, change: Change,
                       lock: StreamLockInfo | None = None) -> int:
         path = self._stream_path(ns, name)

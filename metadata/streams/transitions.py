@@ -9,7 +9,9 @@ Rules (DistributedLog's, DESIGN §4.5, invariants 8 and 9):
   stream's max txid; txids never go back from one segment to the next;
 - a truncation point only moves forward; whole segments that end before it are deleted;
 - retention deletes sealed (or tiered) segments only, oldest first, never the last one;
-- end of stream is final.
+- end of stream is final;
+- the stream node counts the bytes its segments hold on bookies (``accounted``, applied to every
+  change by the commit loop); a writer publishes its segment's bytes now and then, never per entry.
 """
 
 from __future__ import annotations
@@ -166,3 +168,45 @@ def retention(view: StreamView, now_ms: int, retention_ms: int | None, retention
     old = view.meta.truncated_before
     meta = replace(view.meta, truncated_before=point if old is None or point > old else old)
     return _deleting(view, meta, [s for s in doomed if s.sequence < keep_from])
+
+
+# ---------------------------------------------------------------------- bytes on bookies (DESIGN §4.10)
+
+def on_bookies(segments: list[SegmentMeta]) -> tuple[int, int]:
+    """(sealed, open): the bytes of the sealed segments (tiered ones live in Delta, not on bookies)
+    and of the segment in progress as its writer last published them. The unit is the segments'
+    ledger bytes, one copy (records and their record-set framing; not times the write quorum):
+    what ``SegmentMeta.bytes``, stream info and ``retention_bytes`` count too."""
+    sealed = sum(s.bytes for s in segments if s.state is SegmentState.SEALED)
+    return sealed, sum(s.bytes for s in segments if s.state is SegmentState.IN_PROGRESS)
+
+
+def accounted(view: StreamView, change: Change) -> Change:
+    """``change`` with the stream node's byte counts (``sealed_bytes``, ``open_bytes``) recomputed
+    from the segments it leaves. The commit loop applies it to every change, so the counts follow
+    every seal, roll, truncation, retention, tiering and publication without a change having to
+    know them, and a stream written before they were kept gets them at its next change."""
+    segs = {seq: seg for seq, (seg, _v) in view.segments.items()}
+    for seq, _v in change.delete:
+        segs.pop(seq, None)
+    for seg, _v in change.update:
+        segs[seg.sequence] = seg
+    for seg in change.create:
+        segs[seg.sequence] = seg
+    sealed, open_ = on_bookies(list(segs.values()))
+    if change.meta.sealed_bytes == sealed and change.meta.open_bytes == open_:
+        return change
+    return replace(change, meta=replace(change.meta, sealed_bytes=sealed, open_bytes=open_))
+
+
+def publish_open_bytes(view: StreamView, sequence: int, nbytes: int) -> Change | None:
+    """The writer of segment ``sequence`` says it holds ``nbytes`` so far (so that other writers and
+    the namespace's usage see it before the segment is sealed). None when there is nothing to
+    change: the segment is no longer in progress (sealed meanwhile: its seal recorded the exact
+    bytes) or already shows as much (a publication never lowers the count)."""
+    if nbytes < 0:
+        raise InvalidMetadataError(f"segment {sequence}: {nbytes} bytes")
+    got = view.segments.get(sequence)
+    if got is None or got[0].state is not SegmentState.IN_PROGRESS or got[0].bytes >= nbytes:
+        return None
+    return Change(view.meta, update=((replace(got[0], bytes=nbytes), got[1]),))
