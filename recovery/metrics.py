@@ -18,6 +18,8 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from ledger_client.stream.quota import read_all_usage
+
 if TYPE_CHECKING:
     from recovery.autorecovery import AutoRecovery
 
@@ -64,6 +66,31 @@ class AutoRecoveryCollector(Collector):
         if queued is not None:
             yield GaugeMetricFamily("auditor_NUM_UNDER_REPLICATED_LEDGERS",
                                     "Ledgers in the cluster's under-replication queue", value=float(queued))
+        yield from self._storage()
+
+    def _storage(self) -> Iterator[GaugeMetricFamily]:
+        """Each namespace's bytes on bookies and its storage quota (DESIGN §4.10), read from
+        ZooKeeper at scrape time (a listing and one pipelined read per namespace: stream/quota.py)
+        by the auditor only, so that a cluster's autorecovery processes do not each scan every
+        namespace; a namespace without a quota has no quota sample."""
+        store = self._ar.store
+        if store is None or not self._ar.is_auditor:
+            return
+        try:
+            usages = read_all_usage(store)
+        except Exception as e:  # ZooKeeper away: the scrape goes on without these
+            log.debug("namespace storage usage unreadable: %s", e)
+            return
+        used = GaugeMetricFamily("namespace_storage_used_bytes", "Bytes of a namespace's segments held on bookies "
+                                 "(one copy; tiered segments not counted)", labels=["namespace"])
+        quota = GaugeMetricFamily("namespace_storage_quota_bytes", "A namespace's storage_quota_bytes",
+                                  labels=["namespace"])
+        for u in usages:
+            used.add_metric([u.namespace], float(u.used_bytes))
+            if u.quota_bytes is not None:
+                quota.add_metric([u.namespace], float(u.quota_bytes))
+        yield used
+        yield quota
 
     def _queue_length(self) -> int | None:
         store = self._ar.store

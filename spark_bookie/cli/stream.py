@@ -155,7 +155,9 @@ def cmd_info(client: LedgerClient, args: argparse.Namespace) -> int:
     if args.json:
         d = {"stream": f"{ns.name}/{name}", "first_dlsn": _s(info.first_dlsn), "last_dlsn": _s(info.last_dlsn),
              "last_txid": info.last_txid, "end_of_stream": info.end_of_stream,
-             "truncated_before": _s(info.truncated_before),
+             "truncated_before": _s(info.truncated_before), "storage_bytes": info.storage_bytes,
+             "namespace_storage_bytes": info.namespace_storage_bytes,
+             "storage_quota_bytes": info.storage_quota_bytes,
              "segments": [{**s.__dict__, "first_dlsn": _s(s.first_dlsn), "last_dlsn": _s(s.last_dlsn)}
                           for s in info.segments]}
         print(json.dumps(d))
@@ -163,10 +165,29 @@ def cmd_info(client: LedgerClient, args: argparse.Namespace) -> int:
     print(f"stream {ns.name}/{name}: {len(info.segments)} segments, last txid {info.last_txid}, "
           f"first {info.first_dlsn}, last {info.last_dlsn}{', ENDED' if info.end_of_stream else ''}"
           f"{f', truncated before {info.truncated_before}' if info.truncated_before else ''}")
+    print(f"storage: {info.storage_bytes} bytes on bookies; namespace {ns.name}: "
+          f"{_against(info.namespace_storage_bytes, info.storage_quota_bytes)}")
     for s in info.segments:
         where = f"ledger {s.ledger_id}" if s.ledger_id is not None else f"table {s.table} v{s.delta_version}"
         print(f"  segment {s.sequence} {s.state:<11} {where} txids {s.first_txid}..{s.last_txid} "
               f"records {s.record_count} bytes {s.bytes} dlsn {s.first_dlsn}..{s.last_dlsn}")
+    return 0
+
+
+def _against(used: int, quota: int | None) -> str:
+    if quota is None:
+        return f"{used} bytes (no storage quota)"
+    return f"{used} of {quota} bytes of storage quota ({100 * used / quota:.1f}%)"
+
+
+def cmd_usage(client: LedgerClient, args: argparse.Namespace) -> int:
+    usage = client.namespace(args.namespace).storage_usage()
+    if args.json:
+        print(json.dumps(usage.to_json()))
+        return 0
+    print(f"namespace {usage.namespace}: {_against(usage.used_bytes, usage.quota_bytes)} on bookies")
+    for name, s in sorted(usage.streams.items()):
+        print(f"  {name}\t{s.total}")
     return 0
 
 
@@ -299,6 +320,9 @@ def add_stream_parser(p: argparse.ArgumentParser) -> None:
                 admin=True)
     c.add_argument("namespace")
     c.add_argument("--force", action="store_true")
+    c = command("usage", cmd_usage, "a namespace's bytes on bookies against its storage quota, per stream "
+                "(segments in progress as their writers last published them)")
+    c.add_argument("namespace")
     c = command("list", cmd_list, "streams of a namespace")
     c.add_argument("namespace")
     c.add_argument("--prefix", default="")

@@ -9,6 +9,8 @@ as Pulsar's where it has them, on the same HTTP server as BookKeeper's ``/api/v1
     DELETE /admin/v2/tenants/{t}                      (409: owns namespaces)   superusers
     GET    /admin/v2/namespaces/{t}                   ["t/ns", ...]            superusers, t's admins
     GET    /admin/v2/namespaces/{t}/{ns}/permissions  {role: [actions]}        superusers, t's admins
+    GET    /admin/v2/namespaces/{t}/{ns}/storage      bytes on bookies against superusers, t's admins
+                                                      the storage quota
     POST   .../permissions/{role}  ["produce", ...]   grant (replaces)         superusers, t's admins
     DELETE .../permissions/{role}                     revoke                   superusers, t's admins
 
@@ -227,6 +229,16 @@ def revoke_permission(ctx: AdminContext, req: Request) -> Response:
     return NO_CONTENT
 
 
+def get_storage(ctx: AdminContext, req: Request) -> Response:
+    """The namespace's bytes on bookies against its storage quota (DESIGN §4.10), in Pulsar's
+    words for a topic's logical size (``storageSize``), and per stream."""
+    ns = _namespace(ctx, req, "read the storage usage")
+    usage = _acting(ns.storage_usage)
+    return Response.json({"storageSize": usage.used_bytes, "storageQuotaBytes": usage.quota_bytes,
+                          "freeBytes": usage.free_bytes,
+                          "streams": {n: {"storageSize": s.total} for n, s in sorted(usage.streams.items())}})
+
+
 TenantHandler = Callable[["AdminContext", Request], Response]
 TENANT_ROUTES: dict[str, dict[str, TenantHandler]] = {
     TENANTS: {"GET": list_tenants},
@@ -234,6 +246,7 @@ TENANT_ROUTES: dict[str, dict[str, TenantHandler]] = {
                               "DELETE": delete_tenant},
     f"{NAMESPACES}/{{tenant}}": {"GET": tenant_namespaces},
     f"{NAMESPACES}/{{tenant}}/{{namespace}}/permissions": {"GET": get_permissions},
+    f"{NAMESPACES}/{{tenant}}/{{namespace}}/storage": {"GET": get_storage},
     f"{NAMESPACES}/{{tenant}}/{{namespace}}/permissions/{{role}}": {"POST": grant_permission,
                                                                     "DELETE": revoke_permission},
 }

@@ -11,6 +11,7 @@ from types import SimpleNamespace
 import pytest
 from prometheus_client import CollectorRegistry
 
+from metadata.streams import encode_settings
 from recovery.metrics import autorecovery_registry
 from recovery.worker import WorkerStats
 from spark_bookie.server.metrics import BookieMetrics, BookieProbes
@@ -18,7 +19,7 @@ from spark_bookie.server.metrics import BookieMetrics, BookieProbes
 pytestmark = pytest.mark.unit
 
 DASHBOARD = Path(__file__).resolve().parents[2] / "deploy" / "grafana" / "spark-bookie.json"
-OUR_METRIC = re.compile(r"\b(?:bookie|bookkeeper_server|auditor|replication_worker)_[A-Za-z0-9_]+")
+OUR_METRIC = re.compile(r"\b(?:bookie|bookkeeper_server|auditor|replication_worker|namespace)_[A-Za-z0-9_]+")
 
 
 def _exported(tmp_path: Path) -> set[str]:
@@ -27,7 +28,9 @@ def _exported(tmp_path: Path) -> set[str]:
                         read_cache_hits=lambda: 0, read_cache_misses=lambda: 0, flushed_bytes_total=lambda: 0,
                         flushes_total=lambda: 0, checkpoint_lag_bytes=lambda: 0, read_only=lambda: False,
                         ledger_dirs=[str(tmp_path)], journal_dirs=[str(tmp_path)]))
-    store = SimpleNamespace(underreplication=SimpleNamespace(list_underreplicated=lambda: {}))
+    settings = encode_settings({"storage_quota_bytes": 1_000})   # one namespace with a quota, no streams
+    streams = SimpleNamespace(list_namespaces=lambda: ["ns"], read_stream_heads=lambda ns: (settings, {}))
+    store = SimpleNamespace(underreplication=SimpleNamespace(list_underreplicated=lambda: {}), streams=streams)
     ar = SimpleNamespace(worker=SimpleNamespace(stats=WorkerStats()), elections_won=1, is_auditor=True,
                          auditor_stats=None, store=store)
     registries: list[CollectorRegistry] = [m.registry, autorecovery_registry(ar)]  # type: ignore[arg-type]
@@ -40,7 +43,8 @@ def test_every_query_names_an_exported_metric(tmp_path):
     exprs = [t["expr"] for p in dashboard["panels"] for t in p["targets"]]
     assert len(exprs) >= 9
     wanted = {"bookie_journal_JOURNAL_SYNC_bucket", "bookkeeper_server_ADD_ENTRY_bucket",
-              "auditor_NUM_UNDER_REPLICATED_LEDGERS", "bookie_ledger_dir_free_bytes", "bookie_SERVER_STATUS"}
+              "auditor_NUM_UNDER_REPLICATED_LEDGERS", "bookie_ledger_dir_free_bytes", "bookie_SERVER_STATUS",
+              "namespace_storage_used_bytes", "namespace_storage_quota_bytes"}
     named: set[str] = set()
     for expr in exprs:
         names = set(OUR_METRIC.findall(expr))
