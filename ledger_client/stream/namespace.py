@@ -4,7 +4,7 @@ points to writers and readers."""
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from metadata.streams import (
@@ -23,6 +23,7 @@ from .. import errors
 from ..metadata_errors import metadata_errors
 from .dlsn import DLSN
 from .meta import check_names, now_ms
+from .placement import settings_problems
 from .quota import NamespaceUsage, read_usage
 from .reader import StreamReader
 from .segments import apply_retention, live_end
@@ -83,6 +84,9 @@ class StreamInfo:
     storage_bytes: int = 0
     namespace_storage_bytes: int = 0
     storage_quota_bytes: int | None = None
+    # What keeps the namespace's placement groups from taking a new segment now (DESIGN §4.10:
+    # a group without writable bookies, too few for an ensemble); empty when nothing does.
+    placement_problems: list[str] = field(default_factory=list)
 
     @classmethod
     def of(cls, name: str, view: StreamView, live: SegmentEnd | None = None) -> StreamInfo:
@@ -227,7 +231,9 @@ class Namespace:
             seg = view.in_progress
             try:
                 info = StreamInfo.of(name, view, live_end(self, name, seg) if seg is not None else None)
-                return info.with_usage(read_usage(self.client.store, self.name))
+                info = info.with_usage(read_usage(self.client.store, self.name))
+                return replace(info, placement_problems=settings_problems(self._settings,
+                                                                          self.client.registry.writable()))
             except errors.NoSuchLedgerError:
                 if attempt + 1 == STREAM_INFO_TRIES:
                     raise

@@ -157,7 +157,7 @@ def cmd_info(client: LedgerClient, args: argparse.Namespace) -> int:
              "last_txid": info.last_txid, "end_of_stream": info.end_of_stream,
              "truncated_before": _s(info.truncated_before), "storage_bytes": info.storage_bytes,
              "namespace_storage_bytes": info.namespace_storage_bytes,
-             "storage_quota_bytes": info.storage_quota_bytes,
+             "storage_quota_bytes": info.storage_quota_bytes, "placement_problems": info.placement_problems,
              "segments": [{**s.__dict__, "first_dlsn": _s(s.first_dlsn), "last_dlsn": _s(s.last_dlsn)}
                           for s in info.segments]}
         print(json.dumps(d))
@@ -165,6 +165,8 @@ def cmd_info(client: LedgerClient, args: argparse.Namespace) -> int:
     print(f"stream {ns.name}/{name}: {len(info.segments)} segments, last txid {info.last_txid}, "
           f"first {info.first_dlsn}, last {info.last_dlsn}{', ENDED' if info.end_of_stream else ''}"
           f"{f', truncated before {info.truncated_before}' if info.truncated_before else ''}")
+    for problem in info.placement_problems:
+        print(f"placement: {problem}")
     print(f"storage: {info.storage_bytes} bytes on bookies; namespace {ns.name}: "
           f"{_against(info.namespace_storage_bytes, info.storage_quota_bytes)}")
     for s in info.segments:

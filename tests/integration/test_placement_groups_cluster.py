@@ -110,6 +110,7 @@ def test_every_segment_is_on_gold_bookies(cluster):
     for md in mds:
         assert cluster.groups_of(md) == {"gold"}, (md.ledger_id, md.ensembles)
         assert md.bookie_groups == ("gold",)
+    assert cluster.client.namespace(NS).stream_info(STREAM).placement_problems == []
 
 
 def test_ensemble_change_after_a_gold_bookie_is_killed_stays_gold(cluster):
@@ -177,6 +178,11 @@ def test_a_group_without_bookies_is_reported_and_its_ledgers_stay_marked_without
     status = subprocess.run([sys.executable, "-m", "spark_bookie.cli", "cluster", "status", "--zk",
                              cluster.sb.connect_string], capture_output=True, text=True, timeout=60)
     assert f"placement: namespace {NS}: bookie group 'bronze' has no writable bookies" in status.stdout, status
+    problems = cluster.client.namespace(NS).stream_info(STREAM).placement_problems
+    assert any("'bronze' has no writable" in p for p in problems), problems
+    info = subprocess.run([sys.executable, "-m", "spark_bookie.cli", "stream", "--zk", cluster.sb.connect_string,
+                           "info", f"{NS}/{STREAM}"], capture_output=True, text=True, timeout=60)
+    assert "placement: bookie group 'bronze' has no writable bookies" in info.stdout, info
     wait_until(lambda: cluster.metric() == len(sealed) and set(cluster.listed()) == sealed, 30,
                what="every sealed segment counted and listed")
     worker = cluster.worker()
