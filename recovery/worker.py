@@ -38,6 +38,7 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 
 from ledger_client import LedgerClient, errors
+from ledger_client.placement import PlacementGroups
 from ledger_client.protocol.framing import Digester
 from ledger_client.recovery import LedgerRecovery
 from metadata import DigestType, LedgerMetadata, MetadataError, MetadataStore, NoNodeError, update_ledger
@@ -316,16 +317,15 @@ class ReplicationWorker:
         """Copy one finished fragment (if it has entries) to new bookies and publish it by CAS;
         with no bookie to take their place, fill it in place if its missing bookies are back.
         Replacements keep to the ledger's placement groups; a live bookie the auditor found
-        outside them is moved only to a better placed one, never filled in place: with none to
-        move it to, the ledger stays marked and is retried after a backoff."""
+        misplaced is moved (:meth:`_choose`), never filled in place: with no bookie of the groups
+        to move it to, the ledger stays marked and is retried after a backoff."""
         if self._stop.is_set():
             raise ReplicationError("the worker is stopping")
         registry = self._client.registry
         groups = LedgerGroups(self._store).of(md)
         moving = move_groups(groups, repair, registry.writable())
         try:
-            new = choose_replacements(self._client.placement, repair, registry.writable(),
-                                      set(gone) | set(repair.ensemble), groups if moving is None else moving)
+            new = self._choose(repair, set(gone) | set(repair.ensemble), groups, moving)
         except errors.NotEnoughBookiesError:
             if moving is not None or not self._fill_in_place(md, repair):
                 raise
@@ -345,6 +345,19 @@ class ReplicationWorker:
         log.info("%s: ledger %d fragment %d: %s (%d entries copied)", self._name, md.ledger_id,
                  repair.first_entry_id, ", ".join(f"{o} -> {n}" for o, n in replacements.items()), copied[0])
         return md, version
+
+    def _choose(self, repair: FragmentRepair, exclude: set[str], groups: PlacementGroups,
+                moving: PlacementGroups | None) -> dict[int, str]:
+        """Replacements within ``groups``; a live copy being moved (``moving``: plan.move_groups)
+        goes to a better placed bookie when one is free, else (a secondary copy decommissioned, or
+        the primary spare taken meanwhile) to any bookie of the groups."""
+        placement, writable = self._client.placement, self._client.registry.writable()
+        if moving is not None and moving != groups:
+            try:
+                return choose_replacements(placement, repair, writable, exclude, moving)
+            except errors.NotEnoughBookiesError:
+                pass
+        return choose_replacements(placement, repair, writable, exclude, groups)
 
     def _fill_in_place(self, md: LedgerMetadata, repair: FragmentRepair) -> bool:
         """The fragment's missing bookies are writable again (back with their ids) and no other
