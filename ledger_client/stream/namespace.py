@@ -189,8 +189,9 @@ class Namespace:
     def create_stream(self, name: str) -> None:
         check_names((name, "stream"))
         self.require(PRODUCE)
+        # Born with its byte counts (0 on bookies), so the namespace's usage needs no read of its segments.
         with metadata_errors(f"create stream {self.name}/{name}", exists=errors.StreamExistsError):
-            self.client.store.streams.create_stream(self.name, name, StreamMeta(ctime_ms=now_ms()))
+            self.client.store.streams.create_stream(self.name, name, StreamMeta(ctime_ms=now_ms(), sealed_bytes=0))
 
     def ensure_stream(self, name: str) -> None:
         """Create the stream unless it exists (opening a writer does this)."""
