@@ -4,6 +4,8 @@ bytes, and the gate that admits or refuses a record and decides when to publish 
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -151,3 +153,53 @@ def test_a_publication_counts_only_for_its_segment():
     g.busy = True
     g.synced(SyncPlan(1, 1_500), True, None, "me", 103.0)   # the old segment's: sealed meanwhile
     assert g.published == 0 and g.read_at == 103.0 and not g.busy
+
+
+def test_usage_is_read_from_stream_nodes_and_from_segments_for_a_stream_never_counted():
+    """Over the in-memory metadata twin: a stream written before the counts were kept (its node
+    has none) is counted from its segments; the others from their nodes alone."""
+    import uuid
+
+    from ledger_client import LedgerClient
+    from ledger_client.stream.quota import read_usage
+    from metadata import connect
+
+    zk = f"memory://quota-{uuid.uuid4().hex}/ledgers"
+    store = connect(zk)
+    store.cluster.init_cluster()
+    c = LedgerClient(zk)
+    try:
+        ns = c.create_namespace("pay", storage_quota_bytes=5_000)
+        ns.create_stream("new")
+        store.streams.create_stream("pay", "old", StreamMeta())     # as an older client made it
+        view = store.streams.read_stream("pay", "old")
+        assert view is not None
+        store.streams.commit_stream("pay", "old", view.version, tr.start_segment(view, 9, 0, 1))
+        view = store.streams.read_stream("pay", "old")
+        assert view is not None
+        store.streams.commit_stream("pay", "old", view.version, tr.seal_segment(view, 1, _end(3, 1_234, 2), 2))
+        usage = read_usage(store, "pay")
+        assert usage == ns.storage_usage()
+        assert (usage.used_bytes, usage.quota_bytes, usage.free_bytes) == (1_234, 5_000, 3_766)
+        assert usage.streams["old"].total == 1_234 and usage.streams["new"].total == 0
+        assert usage.to_json()["streams"] == {"new": 0, "old": 1_234}
+
+        from prometheus_client import CollectorRegistry
+
+        from spark_bookie.http.routes import AdminContext, build_routes
+        from spark_bookie.http.server import Request, dispatch
+
+        ctx = AdminContext(zk, CollectorRegistry())
+        routes = build_routes(ctx)
+        try:
+            got = dispatch(routes, ctx.registry, Request("GET", "/admin/v2/namespaces/public/pay/storage", {}, b""))
+            assert got.status == 200
+            assert json.loads(got.body) == {"storageSize": 1_234, "storageQuotaBytes": 5_000, "freeBytes": 3_766,
+                                            "streams": {"new": {"storageSize": 0}, "old": {"storageSize": 1_234}}}
+            for path in ("/admin/v2/namespaces/public/nope/storage", "/admin/v2/namespaces/acme/pay/storage"):
+                assert dispatch(routes, ctx.registry, Request("GET", path, {}, b"")).status == 404
+        finally:
+            ctx.close()
+    finally:
+        c.close()
+        store.close()
