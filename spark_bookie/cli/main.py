@@ -120,6 +120,9 @@ def cmd_sandbox(args: argparse.Namespace) -> int:
     if args.resume and args.demo:
         return fail("--resume does not go with --demo: a demo starts fresh")
     args.bookie_groups = [g.strip() for g in args.bookie_groups.split(",")] if args.bookie_groups else []
+    if len(args.bookie_groups) > (args.hosts or args.bookies or 3):
+        return fail(f"--bookie-groups names {len(args.bookie_groups)} groups for "
+                    f"{args.hosts or args.bookies or 3} {'hosts' if args.hosts else 'bookies'}")
     if args.bookie_groups and args.spark:
         return fail("--bookie-groups is for bookie processes and --hosts; Spark-hosted bookies take "
                     "jobs/bookie_cluster.py's --bookie-group-map")
