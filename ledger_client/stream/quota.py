@@ -15,8 +15,8 @@ commit loop makes (``transitions.accounted``): a seal records the exact ledger l
 truncation and tiering take segments out. A namespace's usage is the sum over its stream nodes:
 a listing and one pipelined read (``read_usage``), whatever the number of segments. A writer
 publishes its segment's bytes (``transitions.publish_open_bytes``, one CAS) when a slice of the
-quota (1/32) is unpublished, at most every ``PUBLISH_MIN_S``, and otherwise every ``PUBLISH_S``
-while it writes; nothing when idle.
+quota (1/32) is unpublished, at most every ``PUBLISH_MIN_S``, otherwise every ``PUBLISH_S`` while
+it writes, and about ``PUBLISH_MIN_S`` to twice that after its last append; nothing when idle.
 
 **How a writer checks it** (``QuotaGate``, under the writer's lock, no I/O): a record is refused
 (``QuotaExceededError``, nothing of it written, the writer still usable) when the namespace's
@@ -166,8 +166,8 @@ class QuotaGate:
     (publish, read). Pure: no I/O, times are arguments (monotonic seconds); the writer calls it
     under its lock and runs the syncs it asks for (``sync``), one at a time."""
 
-    __slots__ = ("busy", "others", "published", "published_at", "quota", "read_at", "refused", "sealed",
-                 "segment", "version")
+    __slots__ = ("busy", "next_at", "next_bytes", "others", "published", "published_at", "quota", "read_at",
+                 "refused", "sealed", "segment", "version")
 
     def __init__(self, quota: int | None, now: float) -> None:
         self.quota = quota
@@ -180,6 +180,10 @@ class QuotaGate:
         self.published_at = now
         self.busy = False          # a sync is running
         self.refused = False       # the last check refused
+        # The writer asks ``due`` only once the time reaches next_at or its segment's appended bytes
+        # reach next_bytes: a write's cost in a namespace without a quota is two comparisons.
+        self.next_at = now
+        self.next_bytes = math.inf
 
     def used(self, open_bytes: int) -> int:
         """The namespace's usage with this writer's segment at ``open_bytes`` (appended + buffered)."""
@@ -213,9 +217,17 @@ class QuotaGate:
         publish = unpublished > 0 and (since >= PUBLISH_S or (since >= PUBLISH_MIN_S and (
             idle or (self.quota is not None and unpublished >= self.quota // SLICE_FRACTION))))
         if not publish and now - self.read_at < REFRESH_S:
+            self.next_at = now + PUBLISH_MIN_S
             return None
         self.busy = True
+        self.next_at = math.inf   # until the sync ends
         return SyncPlan(self.segment if publish else None, sent)
+
+    def _rearm(self) -> None:
+        """When ``due`` is next worth asking: a publication may be due PUBLISH_MIN_S after the last
+        one (a slice: once its bytes are appended), a read REFRESH_S after the last."""
+        self.next_at = min(self.read_at + REFRESH_S, self.published_at + PUBLISH_MIN_S)
+        self.next_bytes = math.inf if self.quota is None else self.published + self.quota // SLICE_FRACTION
 
     def synced(self, plan: SyncPlan, published: bool, usage: NamespaceUsage | None, stream: str, now: float) -> None:
         """A sync ended: ``published`` whether its publication was committed (or found needless),
@@ -225,13 +237,13 @@ class QuotaGate:
         if published and plan.sequence is not None and plan.sequence == self.segment:
             self.published = max(self.published, plan.nbytes)
             self.published_at = now
-        if usage is None:
-            return
-        self.quota = usage.quota_bytes
-        mine = usage.streams.get(stream)
-        self.others = usage.used_bytes - (mine.total if mine is not None else 0)
-        if mine is not None:
-            self.committed(mine.sealed_bytes, mine.version)
+        if usage is not None:
+            self.quota = usage.quota_bytes
+            mine = usage.streams.get(stream)
+            self.others = usage.used_bytes - (mine.total if mine is not None else 0)
+            if mine is not None:
+                self.committed(mine.sealed_bytes, mine.version)
+        self._rearm()
 
     def committed(self, sealed_bytes: int | None, version: int) -> None:
         """This stream's sealed bytes as of its node's ``version`` (the writer's own change, or a
@@ -241,6 +253,8 @@ class QuotaGate:
 
     def segment_started(self, sequence: int, now: float) -> None:
         self.segment, self.published, self.published_at = sequence, 0, now
+        if not self.busy:
+            self._rearm()
 
 
 def fail_after(fut: Future[Any], before: Future[Any] | None, error: BaseException) -> None:
@@ -263,6 +277,7 @@ class WriterQuota:
         self.gate = QuotaGate(ns.settings.storage_quota_bytes, time.monotonic())
         self._ns, self._name, self._lock, self._mutex, self._appended = ns, name, lock, mutex, appended
         self._timer: threading.Timer | None = None
+        self._mark = 0   # the bytes appended when the timer was armed
         self._closed = False
         if self.gate.quota is not None:
             self.gate.busy = True
@@ -290,6 +305,10 @@ class WriterQuota:
             self.gate.synced(plan, published, usage, self._name, time.monotonic())
 
     def _arm(self) -> None:
+        """Under the writer's lock: the timer, marked with the bytes appended now. Firing with
+        nothing appended since, it finds the writer idle and publishes what it has not; a writer
+        still writing publishes by the usual rules (``due``), and the timer looks again later."""
+        self._mark = self._appended()
         self._timer = threading.Timer(PUBLISH_MIN_S, self._fire)
         self._timer.daemon = True
         self._timer.start()
@@ -300,9 +319,9 @@ class WriterQuota:
             if self._closed:
                 return
             sent = self._appended()
-            plan = self.gate.due(sent, time.monotonic(), idle=True)
+            plan = self.gate.due(sent, time.monotonic(), idle=sent == self._mark)
             if plan is None and self.gate.unpublished(sent) > 0:
-                self._arm()   # a sync is running (or the last publication is too recent): later
+                self._arm()   # still writing, a sync running, or the last publication too recent
         if plan is not None:
             self.sync(plan)
 

@@ -174,13 +174,15 @@ class StreamWriter:
                 if self._ended or self._closed:
                     self._check_open()
                 now = time.monotonic()
-                cost, held = len(data) + RECORD_OVERHEAD_BYTES, self._seg_bytes + sm.buffered_bytes
-                verdict = gate.check(cost, held, now)
+                if gate.quota is not None:
+                    cost, held = len(data) + RECORD_OVERHEAD_BYTES, self._seg_bytes + sm.buffered_bytes
+                    verdict = gate.check(cost, held, now)
                 if verdict is Verdict.ADMIT:
                     if sm.add(txid, data, fut):
                         act = self._act(sm.step(now))
                     self._last_fut = fut
-                    self._quota.admitted(now)
+                    if now >= gate.next_at or self._seg_bytes >= gate.next_bytes:
+                        self._quota.admitted(now)
                 elif verdict is Verdict.REFUSE:
                     before, self._last_fut = self._last_fut, fut
                     refused = refusal(gate.used(held), gate.quota or 0, cost, f"stream {self.ns.name}/{self.name}")

@@ -139,8 +139,8 @@ def test_publications_are_rate_bounded_and_never_per_entry(unpublished, since, i
         raise AssertionError("unpublished bytes past PUBLISH_S must be published")
     if plan is not None:
         assert g.busy and g.due(10**9, 10**9) is None    # one sync at a time
-    else:
-        assert since < REFRESH_S or unpublished > 0
+    later = g.due(500, 100.0 + since + REFRESH_S)
+    assert (later is None) == (plan is not None)         # while busy nothing; else a read is due by then
 
 
 def test_a_publication_counts_only_for_its_segment():
@@ -203,3 +203,16 @@ def test_usage_is_read_from_stream_nodes_and_from_segments_for_a_stream_never_co
     finally:
         c.close()
         store.close()
+
+
+def test_the_writer_asks_the_gate_only_when_something_may_be_due():
+    g = _gate(quota=32_000)                         # read and segment started at 100.0
+    assert (g.next_at, g.next_bytes) == (100.0 + PUBLISH_MIN_S, 1_000)
+    assert g.due(500, 100.6) is None and g.next_at == 100.6 + PUBLISH_MIN_S   # below a slice: not yet
+    plan = g.due(1_500, 100.7)
+    assert plan == SyncPlan(1, 1_500) and g.next_at == float("inf")          # a slice: publish
+    g.synced(plan, True, None, "me", 100.8)
+    assert (g.published, g.next_at, g.next_bytes) == (1_500, 100.8 + PUBLISH_MIN_S, 2_500)
+    free = QuotaGate(None, 5.0)
+    free.segment_started(1, 5.0)
+    assert free.next_bytes == float("inf") and free.next_at == -float("inf")   # never read: read first
