@@ -11,6 +11,7 @@ Written once on the node layer (:mod:`metadata.nodes`) for ZooKeeper and the in-
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from metadata.errors import BadVersionError, MetadataError, MetadataUpdateConflictError, NodeExistsError, NoNodeError
 from metadata.layout import ZkLayout
@@ -100,6 +101,14 @@ class TenantStore:
         if got is None:
             return None
         return NamespaceAccess.from_json(decode_access(got[0], f"namespace {ns}"), f"namespace {ns}")
+
+    def watch_settings(self, ns: str, wake: Wake) -> dict[str, Any] | None:
+        """The namespace's settings (their JSON) as read now, with a one-shot watch on the node's
+        next change: what bookies enforce of them (write rates) follows a change at once."""
+        got = self._nodes.watch(self.namespace_path(ns), wake)
+        if got is None:
+            return None
+        return decode_settings(got[0], f"namespace {ns}")
 
     def enable_zk_acls(self, member_auth: str) -> int:
         """Turn the per-tenant ZooKeeper ACLs on (this session: the superuser's zk_auth), with

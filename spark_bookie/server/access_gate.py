@@ -5,7 +5,7 @@ read, fence, LAC write and long poll against the ledger's namespace and the call
 rule is metadata.tenancy.authorize; this module feeds it, fast:
 
 - a ledger's namespace and creator role are read from its metadata once and kept (they never
-  change; a bounded LRU of ``ledgers_max``);
+  change; server/namespace_view.py, shared with the fair share and the write rates);
 - a namespace's grants and a tenant's admin roles are read once and kept until a ZooKeeper watch
   says they changed (or the session dropped and every watch with it), so a revoke reaches every
   bookie within a ZooKeeper round trip, well inside the 5 s the design promises;
@@ -22,16 +22,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from collections import OrderedDict
 from concurrent.futures import Executor
 from typing import Any
 
-from metadata import MetadataError, MetadataStore, NoNodeError
-from metadata.layout import MAX_LEDGER_ID
+from metadata import MetadataError, MetadataStore
 from metadata.tenancy import Caller, NamespaceAccess, authorize
+from spark_bookie.server.namespace_view import NamespaceView
 
 log = logging.getLogger(__name__)
-LEDGERS_MAX = 100_000
 DECISIONS_MAX = 100_000
 
 _ABSENT = object()
@@ -40,10 +38,9 @@ _ABSENT = object()
 class AccessGate:
     """Thread-safe; one per bookie."""
 
-    def __init__(self, store: MetadataStore, ledgers_max: int = LEDGERS_MAX) -> None:
+    def __init__(self, store: MetadataStore, view: NamespaceView | None = None) -> None:
         self._store = store
-        self._ledgers: OrderedDict[int, tuple[str, str]] = OrderedDict()
-        self._ledgers_max = ledgers_max
+        self._view = view or NamespaceView(store)
         self._namespaces: dict[str, NamespaceAccess | None] = {}
         self._tenants: dict[str, frozenset[str]] = {}
         self._decisions: dict[tuple[str, str, int, str], str | None] = {}
@@ -119,21 +116,8 @@ class AccessGate:
                          access=access, tenant_admins=admins)
 
     def _ledger_owner(self, ledger_id: int) -> tuple[str, str] | None:
-        if not 0 <= ledger_id <= MAX_LEDGER_ID:   # no ledger has such an id (and no znode path): refused
-            return None
-        got = self._ledgers.get(ledger_id)
-        if got is not None:
-            return got
-        try:
-            md, _ = self._store.ledgers.read_ledger_metadata(ledger_id)
-        except NoNodeError:
-            return None
-        got = (md.namespace, md.owner_role)
-        with self._lock:
-            self._ledgers[ledger_id] = got
-            while len(self._ledgers) > self._ledgers_max:
-                self._ledgers.popitem(last=False)
-        return got
+        facts = self._view.ledger(ledger_id)
+        return None if facts is None else (facts.namespace, facts.owner_role)
 
     def _access(self, namespace: str) -> NamespaceAccess | None:
         if namespace in self._namespaces:

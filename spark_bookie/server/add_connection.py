@@ -7,6 +7,10 @@ CPU and a thread blocked in recv 27-31 us. Adds are then applied on this thread 
 serializes them against fencing and key setting with its own lock) and answered from the journal
 thread (RequestProcessor.process_adds with a flush): one frame per connection per journal group.
 
+Before a batch is applied, the bookie's admission (server/admission.py) names its flow and may hold
+it for its namespace's write rate; the thread then also waits while its flow has its share of the
+journal queued (fair share, DESIGN §4.10). Either wait stops this connection's reads alone.
+
 Answers are written straight to the socket without blocking (MSG_DONTWAIT). What the socket does
 not take (a client that does not read its answers) waits in `_pending`, and a writer thread, started
 for that case only, sends it in order; meanwhile later answers queue behind it. While more than
@@ -19,6 +23,7 @@ from __future__ import annotations
 import logging
 import socket
 import threading
+import time
 
 from google.protobuf.message import DecodeError
 
@@ -127,14 +132,31 @@ class AddConnection:
                         counted=False)
             self._send_answers()
             return
+        flow, pieces = self._p.admit(add_groups(batch))
+        started = time.monotonic()
+        applied = 0
         try:
-            self._p.process_adds(batch, self._reply, self._send_answers,
-                                 caller=None if self._access is None else self._access.caller)
+            for groups, hold_s in pieces:
+                if hold_s > 0 and not self._hold(started + hold_s - time.monotonic()):
+                    return
+                self._p.wait_for_room(flow)
+                self._p.process_adds(batch, self._reply, self._send_answers,
+                                     caller=None if self._access is None else self._access.caller, flow=flow,
+                                     groups=groups)
+                applied += 1
         except Exception as e:  # a bug must not kill the bookie: answer EIO, as the gRPC path does
             log.exception("add batch from %s failed", self._peer)
-            self._reply([], [f for g in add_groups(batch)
+            self._reply([], [f for groups, _ in pieces[applied:] for g in groups
                              for f in group_failures(g, pb.EIO, f"internal error: {type(e).__name__}: {e}")])
             self._send_answers()
+
+    def _hold(self, seconds: float) -> bool:
+        """Wait out a write-rate hold (this connection reads nothing meanwhile: its client's
+        window fills and its writes wait); False if the connection closed meanwhile."""
+        if seconds > 0:
+            with self._out_lock:
+                self._drained.wait_for(lambda: self._closed, seconds)
+        return not self._closed
 
     def _drop(self, why: str) -> int:
         log.warning("closing add connection from %s: %s", self._peer, why)

@@ -9,7 +9,8 @@ tests/unit/test_add_checks.py checks with hypothesis that the two accept exactly
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Hashable
 from typing import NamedTuple, cast
 
 from ledger_client.protocol import bookkeeper_pb2 as pb
@@ -129,7 +130,7 @@ class BatchAnswer:
     """One batch's answers: collected while it is applied, sent once its journal records are
     durable (or failed). `flush` (see process_adds) sends what `reply` collected."""
 
-    __slots__ = ("groups", "reply", "flush", "loop", "failures", "records", "ok_ids", "refused")
+    __slots__ = ("groups", "reply", "flush", "loop", "failures", "records", "ok_ids", "refused", "flow")
 
     def __init__(self, groups: list[AddGroup], reply: Reply, flush: Callable[[], None] | None,
                  loop: asyncio.AbstractEventLoop) -> None:
@@ -138,6 +139,7 @@ class BatchAnswer:
         self.records: list[JournalRecord] = []
         self.ok_ids: list[int] = []
         self.refused: dict[int, str] = {}  # ledger id -> why the caller may not add to it (tenants)
+        self.flow: Hashable = None         # whose turn in the journal (server/admission.py)
 
     def finish(self, exc: BaseException | None) -> Callable[[], None] | None:
         """The journal's callback: every accepted add is durable, or (exc) none is."""
@@ -159,3 +161,32 @@ class BatchAnswer:
         self.reply([], failures)
         if self.flush is not None:
             self.flush()
+
+
+class Countdown:
+    """One journal callback for a batch split into several submits (one per ledger): ``done``
+    runs once all of them completed, with the first error if any. ``abandon`` (the batch was
+    answered otherwise) makes the rest complete silently."""
+
+    __slots__ = ("done", "error", "left", "lock", "settled")
+
+    def __init__(self, submits: int, done: Callable[[BaseException | None], Callable[[], None] | None]) -> None:
+        self.left, self.done = submits, done
+        self.error: BaseException | None = None
+        self.settled = False
+        self.lock = threading.Lock()
+
+    def one(self, exc: BaseException | None) -> Callable[[], None] | None:
+        with self.lock:
+            if exc is not None and self.error is None:
+                self.error = exc
+            self.left -= 1
+            if self.left or self.settled:
+                return None
+            self.settled = True
+            error = self.error
+        return self.done(error)
+
+    def abandon(self) -> None:
+        with self.lock:
+            self.settled = True

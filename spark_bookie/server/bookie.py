@@ -29,12 +29,14 @@ from metadata import MetadataError, MetadataStore
 from metadata import connect as connect_metadata
 from spark_bookie.errors import ConfigError, StartupError
 from spark_bookie.server.access_gate import AccessGate
+from spark_bookie.server.admission import Admission
 from spark_bookie.server.auth import TokenInterceptor, TokenVerifier
 from spark_bookie.server.checkpoint import Checkpointer
 from spark_bookie.server.config import BookieConfig
 from spark_bookie.server.cookie import Cookie, normalize_dirs, verify_or_create
 from spark_bookie.server.disk import DiskMonitor, DiskState, LedgerDiskRoom
 from spark_bookie.server.metrics import BookieMetrics, BookieProbes
+from spark_bookie.server.namespace_view import NamespaceView
 from spark_bookie.server.processor import RequestProcessor
 from spark_bookie.server.service import BookieServicer, grpc_options
 from spark_bookie.server.tcp_listener import TcpListener, start_tcp_listener
@@ -109,7 +111,8 @@ class Bookie:
             group_commit_bytes_max=config.group_commit_bytes_max,
             file_size_bytes_max=config.journal_file_size_bytes_max,
             preallocate_bytes=config.journal_preallocate_bytes,
-            queue_records_max=config.journal_queue_records_max)
+            queue_records_max=config.journal_queue_records_max, fair=config.fair_share_enabled,
+            flow_bytes_max=config.namespace_queue_bytes_max)
         self._checkpointer: Checkpointer | None = None
         # Its own registry even with metrics off, so /metrics always has something to serve.
         self.metrics = BookieMetrics() if config.metrics_enabled else None
@@ -231,11 +234,13 @@ class Bookie:
             try:
                 server = grpc.aio.server(options=grpc_options(self.config.grpc_message_bytes_max),
                                          interceptors=interceptors)
-                gate = AccessGate(self.metadata) if verifier is not None and self.config.tenant_checks_enabled \
-                    else None
+                view = NamespaceView(self.metadata, self._executor)
+                gate = AccessGate(self.metadata, view) \
+                    if verifier is not None and self.config.tenant_checks_enabled else None
+                admission = Admission(view, on_hold=self.metrics.write_held if self.metrics is not None else None)
                 processor = RequestProcessor(self.config, self.storage, self.journal, loop,
                                              self._executor, lambda: self._disk.read_only,
-                                             self._disk.has_room, self.metrics, gate)
+                                             self._disk.has_room, self.metrics, gate, admission)
                 pb_grpc.add_BookieServicer_to_server(BookieServicer(
                     processor, self.bookie_id, list(self.ledger_dirs),
                     self.config.in_flight_adds_per_stream_max, lambda: self._disk.read_only,

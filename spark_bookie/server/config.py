@@ -42,6 +42,13 @@ class BookieConfig:
     journal_file_size_bytes_max: int = 256 * 1024 * 1024
     journal_preallocate_bytes: int = 16 * 1024 * 1024
     journal_queue_records_max: int = 100_000    # bounded hand-off to the journal thread
+    # ---- isolation (DESIGN §4.10)
+    # Serve namespaces in turns: each namespace's adds queue apart and every journal group takes a
+    # share of each, so one tenant's flood cannot make another's adds wait behind it. Off: one
+    # queue, first come first served (how the bookie worked before; kept for the benchmark).
+    fair_share_enabled: bool = True
+    namespace_queue_bytes_max: int = 1024 * 1024  # a namespace's adds queued for the journal; beyond, its
+    #                                               connections stop reading (back-pressure on it alone)
     # ---- ledger storage
     write_cache_bytes_max: int = 64 * 1024 * 1024
     read_cache_bytes_max: int = 32 * 1024 * 1024
@@ -115,6 +122,8 @@ class BookieConfig:
             problems.append(f"add_port {self.add_port} is not 0 (any) or in 1..65535 apart from port")
         if not self.journal_dirs:
             problems.append("journal_dirs is empty: give --journal-dir")
+        if self.namespace_queue_bytes_max < 1:
+            problems.append(f"namespace_queue_bytes_max {self.namespace_queue_bytes_max} must be positive")
         if not self.ledger_dirs:
             problems.append("ledger_dirs is empty: give --ledger-dir")
         if self.bookie_group and not (isinstance(self.bookie_group, str) and GROUP_NAME.fullmatch(self.bookie_group)):

@@ -133,6 +133,8 @@ class BookieMetrics:
         self.gc_reclaimed = Counter("bookie_gc_RECLAIMED_SPACE_BYTES", "Bytes of entry logs reclaimed "
                                     "(deleted or compacted away)", registry=r)
         self.gc_compactions = Counter("bookie_gc_COMPACTION_COUNT", "Entry logs compacted", registry=r)
+        self.write_rate_held = Counter("bookie_write_rate_held_seconds", "Seconds add batches were held for "
+                                       "their namespace's write rate (DESIGN §4.10)", ["namespace"], registry=r)
         # Pre-bound children: .labels() is a dict lookup under a lock, too much for every batch.
         self._add_ok, self._add_failed = self.add_latency.labels("true"), self.add_latency.labels("false")
         self._adds_ok, self._adds_failed = self.add_requests.labels("true"), self.add_requests.labels("false")
@@ -182,6 +184,9 @@ class BookieMetrics:
         self.journal_sync.observe(seconds)
         self.journal_grouping.observe(records)
         self.journal_write_bytes.inc(nbytes)
+
+    def write_held(self, namespace: str, seconds: float) -> None:
+        self.write_rate_held.labels(namespace).inc(seconds)
 
     def gc_round(self, seconds: float, ledgers_deleted: int, bytes_reclaimed: int, logs_compacted: int) -> None:
         self.gc_runtime.observe(seconds)

@@ -22,7 +22,7 @@ import asyncio
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from concurrent.futures import Executor
 from itertools import pairwise
 from typing import TypeVar
@@ -44,16 +44,18 @@ from spark_bookie.server.access_gate import AccessGate
 from spark_bookie.server.adds import (
     AddGroup,
     BatchAnswer,
+    Countdown,
     Reply,
     accept_bodies,
     add_groups,
     check_group_shape,
     group_failures,
 )
+from spark_bookie.server.admission import Admission, Piece
 from spark_bookie.server.config import BookieConfig
 from spark_bookie.server.lac import LacTracker
 from spark_bookie.server.metrics import BookieMetrics
-from spark_bookie.storage.journal import Journal, JournalRecord, RecordType
+from spark_bookie.storage.journal import Journal, JournalCallback, JournalRecord, RecordType
 from spark_bookie.storage.ledger_storage import LedgerStorage
 
 log = logging.getLogger(__name__)
@@ -66,11 +68,15 @@ class RequestProcessor:
     def __init__(self, config: BookieConfig, storage: LedgerStorage, journal: Journal,
                  loop: asyncio.AbstractEventLoop, executor: Executor,
                  read_only: Callable[[], bool], has_room: Callable[[int], bool] = lambda _n: True,
-                 metrics: BookieMetrics | None = None, gate: AccessGate | None = None) -> None:
+                 metrics: BookieMetrics | None = None, gate: AccessGate | None = None,
+                 admission: Admission | None = None) -> None:
         """``has_room(nbytes)``: whether adds of that many bytes still fit on the ledger disk
         (DiskMonitor.has_room: their flush must leave the reserves free). ``metrics``: counted
         once per add batch and per read request; None = not counted at all. ``gate``: who may
-        touch which ledger (tenants, DESIGN §4.9); None = anyone the token checks let in."""
+        touch which ledger (tenants, DESIGN §4.9); None = anyone the token checks let in.
+        ``admission``: each add batch's turn in the journal and its hold for write rates (DESIGN
+        §4.10); None = every ledger its own flow, nothing held."""
+        self.admission = admission or Admission(None)
         self._metrics = metrics
         self.gate = gate
         self._cfg = config
@@ -98,13 +104,13 @@ class RequestProcessor:
             pass
         return lac
 
-    def _journal_async(self, records: Sequence[JournalRecord]) -> asyncio.Future[None]:
+    def _journal_async(self, records: Sequence[JournalRecord], flow: Hashable) -> asyncio.Future[None]:
         fut: asyncio.Future[None] = self._loop.create_future()
 
         def done(exc: BaseException | None) -> None:
             self._loop.call_soon_threadsafe(_settle, fut, exc)
 
-        self._journal.submit(records, done)
+        self._journal.submit(records, done, flow=flow)
         return fut
 
     def _check_key(self, ledger_id: int, key: bytes, records: list[JournalRecord]) -> None:
@@ -175,8 +181,19 @@ class RequestProcessor:
             self._storage.add_entries(g.ledger_id, entries)
         return top_lac
 
+    def admit(self, groups: Sequence[AddGroup]) -> tuple[Hashable, list[Piece]]:
+        """(the batch's flow, its pieces with their holds for the namespace's write rate): asked
+        before process_adds by a caller that holds no lock; it applies each piece once its hold
+        is over and :meth:`wait_for_room` lets it."""
+        return self.admission.assess(groups)
+
+    def wait_for_room(self, flow: Hashable, timeout_s: float | None = None) -> bool:
+        """Block while the flow has its share of the journal queued (fair share); False on timeout."""
+        return self._journal.wait_for_room(flow, timeout_s)
+
     def process_adds(self, batch: pb.AddBatch, reply: Reply, flush: Callable[[], None] | None = None,
-                     caller: Caller | None = None) -> None:
+                     caller: Caller | None = None, flow: Hashable = None,
+                     groups: list[AddGroup] | None = None) -> None:
         """Apply a batch; `reply(ok_request_ids, failures)` runs once all accepted adds are durable.
 
         Callable from any thread. Without `flush`, `reply` runs on the event loop. With it,
@@ -188,14 +205,17 @@ class RequestProcessor:
         when the journal is idle (Journal.commit_here), so `reply` and `flush` may run before
         this returns. An error while applying (a failed inline storage flush) propagates as
         before: the caller answers the whole batch EIO. ``caller``: who sent it (None: no token
-        checks); its ledgers outside the caller's grants are answered EUA.
+        checks); its ledgers outside the caller's grants are answered EUA. ``flow`` and
+        ``groups``: what :meth:`admit` was given and answered, when the caller asked it.
         """
-        groups = add_groups(batch)
+        if groups is None:
+            groups = add_groups(batch)
         nbytes = sum(sum(map(len, g.bodies)) for g in groups)
         if self._metrics is not None:
             reply = _metered(reply, self._metrics, time.perf_counter(), nbytes)
         answer = BatchAnswer(groups, reply, flush, self._loop)
         answer.refused = self.add_refusals(groups, caller)
+        answer.flow = flow
         if self._read_only() or not self._has_room(nbytes):
             answer.answer_now([f for g in groups for f in group_failures(
                 g, pb.EREADONLY, "bookie is read-only (disk usage above threshold, or its reserves reached)")])
@@ -229,10 +249,29 @@ class RequestProcessor:
             if answer.records:  # with a flush the caller is a connection's thread: it may commit itself
                 done = answer.finish if answer.flush is not None else answer.finish_on_loop
                 try:
-                    self._journal.submit(answer.records, done, wake=answer.flush is None)
+                    self._submit(answer, done)
                 except StorageIOError as e:
                     return e
         return None
+
+    def _submit(self, answer: BatchAnswer, done: JournalCallback) -> None:
+        """The batch's journal records in one submit, or one per ledger when it spans several (a
+        journal taking turns keeps each ledger's records in one flow: storage/flow_queue.py)."""
+        records, wake = answer.records, answer.flush is None
+        if len({g.ledger_id for g in answer.groups}) == 1:
+            self._journal.submit(records, done, wake=wake, flow=answer.flow)
+            return
+        by_ledger: dict[int, list[JournalRecord]] = {}
+        for r in records:
+            by_ledger.setdefault(r.ledger_id, []).append(r)
+        countdown = Countdown(len(by_ledger), done)
+        try:
+            for i, (lid, recs) in enumerate(by_ledger.items()):
+                self._journal.submit(recs, countdown.one, wake=wake,
+                                     flow=answer.flow if i == 0 else self.admission.flow_of(lid))
+        except StorageIOError:
+            countdown.abandon()   # the caller answers the whole batch; a submit already queued must not
+            raise
 
     # ------------------------------------------------------------------ fencing and LAC
 
@@ -245,7 +284,7 @@ class RequestProcessor:
                 log.info("fenced ledger %d", ledger_id)
             # Always journal: an earlier fence may still be in flight and must be durable before we answer.
             records.append(JournalRecord(RecordType.FENCE, ledger_id, -1, b""))
-            durable = self._journal_async(records)
+            durable = self._journal_async(records, self.admission.flow_of(ledger_id))
         await durable
 
     async def write_lac(self, req: pb.WriteLacRequest, caller: Caller | None = None) -> None:
@@ -259,7 +298,7 @@ class RequestProcessor:
             self._check_key(req.ledger_id, req.master_key, records)
             self._storage.set_explicit_lac(req.ledger_id, req.lac, req.body)
             records.append(JournalRecord(RecordType.EXPLICIT_LAC, req.ledger_id, req.lac, req.body))
-            durable = self._journal_async(records)
+            durable = self._journal_async(records, self.admission.flow_of(req.ledger_id))
         await durable
         self.lac.advance(req.ledger_id, req.lac)
 

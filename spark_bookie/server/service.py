@@ -19,7 +19,7 @@ from ledger_client.protocol import bookkeeper_pb2 as pb
 from ledger_client.protocol import bookkeeper_pb2_grpc as pb_grpc
 from metadata.tenancy import Caller
 from spark_bookie.errors import BookieError
-from spark_bookie.server.adds import add_groups, batch_size, group_failures
+from spark_bookie.server.adds import Reply, add_groups, batch_size, group_failures
 from spark_bookie.server.auth import ConnectionAccess, TokenVerifier, call_credentials
 from spark_bookie.server.processor import RequestProcessor
 
@@ -88,7 +88,7 @@ class BookieServicer(pb_grpc.BookieServicer):
                                              for f in group_failures(g, pb.ETOOMANYREQUESTS, detail)]))
                         continue
                     state["in_flight"] += n
-                    self._p.process_adds(batch, reply, caller=caller)
+                    await self._apply(batch, reply, caller)
             except (asyncio.CancelledError, grpc.RpcError):
                 pass
             except Exception:   # a bug must not end the stream unseen: the client then times out
@@ -117,6 +117,19 @@ class BookieServicer(pb_grpc.BookieServicer):
                     return
         finally:
             reader.cancel()
+
+    async def _apply(self, batch: pb.AddBatch, reply: Reply, caller: Caller | None) -> None:
+        """Apply the batch piece by piece, each once its write-rate hold and its flow's room in
+        the journal are waited out (as the TCP add connections do, without blocking the loop)."""
+        flow, pieces = self._p.admit(add_groups(batch))
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        for groups, hold_s in pieces:
+            if hold_s > 0:
+                await asyncio.sleep(max(0.0, started + hold_s - loop.time()))
+            if not self._p.wait_for_room(flow, 0.0):
+                await loop.run_in_executor(None, self._p.wait_for_room, flow)
+            self._p.process_adds(batch, reply, caller=caller, flow=flow, groups=groups)
 
     def _access(self, context: Any) -> ConnectionAccess | None:
         """The token checks of one AddStream call (None: the bookie checks no tokens)."""

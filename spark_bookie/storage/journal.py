@@ -23,7 +23,6 @@ half-applied.
 
 from __future__ import annotations
 
-import collections
 import enum
 import logging
 import mmap
@@ -32,7 +31,7 @@ import re
 import struct
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
@@ -42,6 +41,7 @@ import google_crc32c
 from ledger_client.protocol.checks import InvariantViolation, invariant
 from spark_bookie.errors import StorageIOError
 from spark_bookie.storage.files import fsync_dir
+from spark_bookie.storage.flow_queue import FlowQueue
 
 log = logging.getLogger(__name__)
 
@@ -201,6 +201,7 @@ class _Pending:
     records: int
     callback: JournalCallback
     enqueued: float
+    ledger_id: int | None = None
 
 
 class _JournalFile:
@@ -267,12 +268,14 @@ class Journal:
 
     def __init__(self, journal_dir: str | Path, *, group_commit_wait_ms: float = 2.0,
                  group_commit_bytes_max: int = 4 << 20, file_size_bytes_max: int = 256 << 20,
-                 preallocate_bytes: int = 16 << 20, queue_records_max: int = 100_000) -> None:
+                 preallocate_bytes: int = 16 << 20, queue_records_max: int = 100_000,
+                 fair: bool = False, flow_bytes_max: int = 1 << 20) -> None:
         invariant(group_commit_wait_ms >= 0, f"group_commit_wait_ms {group_commit_wait_ms} < 0")
         invariant(group_commit_bytes_max > 0, f"group_commit_bytes_max {group_commit_bytes_max} <= 0")
         invariant(file_size_bytes_max > 0, f"file_size_bytes_max {file_size_bytes_max} <= 0")
         invariant(preallocate_bytes >= 0, f"preallocate_bytes {preallocate_bytes} < 0")
         invariant(queue_records_max > 0, f"queue_records_max {queue_records_max} <= 0")
+        invariant(flow_bytes_max > 0, f"flow_bytes_max {flow_bytes_max} <= 0")
         self.journal_dir = Path(journal_dir)
         self._wait_s = group_commit_wait_ms / 1000.0
         self._group_bytes_max = group_commit_bytes_max
@@ -282,7 +285,9 @@ class Journal:
         self._lock = threading.Lock()
         self._not_empty = threading.Condition(self._lock)
         self._not_full = threading.Condition(self._lock)
-        self._queue: collections.deque[_Pending] = collections.deque()
+        # Submits waiting for a group; with `fair`, one queue per flow taken in turns (flow_queue.py).
+        self._queue: FlowQueue[_Pending] = FlowQueue(fair)
+        self._flow_bytes_max = flow_bytes_max
         self._queued_records = 0
         self._state = "new"  # new -> running -> stopping -> stopped
         self._failed: BaseException | None = None
@@ -331,7 +336,8 @@ class Journal:
 
     # ---- any thread
 
-    def submit(self, records: Sequence[JournalRecord], callback: JournalCallback, wake: bool = True) -> None:
+    def submit(self, records: Sequence[JournalRecord], callback: JournalCallback, wake: bool = True,
+               flow: Hashable = None) -> None:
         """Make `records` durable, then call `callback(None)` (or `callback(error)` if the disk failed).
 
         A callback may return a function to run once the whole group's callbacks have run (the
@@ -342,19 +348,38 @@ class Journal:
         locks), which commits on the caller's thread or else wakes the journal thread.
 
         Blocks while the queue holds queue_records_max records (back-pressure on the network). A
-        submit larger than the whole bound is still accepted once the queue is empty.
+        submit larger than the whole bound is still accepted once the queue is empty. ``flow``:
+        whose records these are, when the journal takes flows in turns (see wait_for_room); the
+        records are then of one ledger, whose order the journal keeps (flow_queue.py).
         """
         data = _encode_batch(records)
         n = len(records)
+        ledger_id = records[0].ledger_id if records else None
         with self._lock:
             self._check_open()
             while self._queued_records and self._queued_records + n > self._queue_records_max:
                 self._not_full.wait()
                 self._check_open()
-            self._queue.append(_Pending(data, n, callback, time.monotonic()))
+            self._queue.put(flow, _Pending(data, n, callback, time.monotonic(), ledger_id))
             self._queued_records += n
             if wake:
                 self._not_empty.notify()
+
+    def wait_for_room(self, flow: Hashable, timeout_s: float | None = None) -> bool:
+        """Block while ``flow`` has flow_bytes_max or more queued (fair journals only): called by a
+        connection's thread before it applies a batch, holding no lock, so that a flooding flow's
+        connections stop reading while the others' go on. False if it timed out."""
+        if not self._queue.fair:
+            return True
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        with self._lock:
+            while (self._queue.queued_bytes(flow) >= self._flow_bytes_max and self._failed is None
+                   and self._state == "running"):
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    return False
+                self._not_full.wait(remaining)
+        return True
 
     def commit_here(self) -> None:
         """Write, sync and complete what is queued on this thread if that is one small group the
@@ -364,14 +389,15 @@ class Journal:
         journal thread, so a connection's next batch is received while they are written."""
         with self._lock:
             queue = self._queue
-            here = (not self._committing and len(queue) == 1 and len(queue[0].data) <= INLINE_GROUP_BYTES_MAX
+            only = queue.only_item()
+            here = (not self._committing and only is not None and len(only.data) <= INLINE_GROUP_BYTES_MAX
                     and self._wait_s == 0 and self._state == "running" and self._failed is None)
             if not here:
                 if queue:
                     self._not_empty.notify()
                 return
             self._committing = True
-            group = [queue.popleft()]
+            group = queue.take(INLINE_GROUP_BYTES_MAX, False)
             self._queued_records -= group[0].records
             self._not_full.notify_all()
         try:
@@ -472,7 +498,7 @@ class Journal:
             if not self._queue or self._failed is not None:
                 return None
             self._committing = True
-            deadline = self._queue[0].enqueued + self._wait_s
+            deadline = self._queue.oldest_enqueued() + self._wait_s
             group: list[_Pending] = []
             size = self._drain_locked(group, 0)
             while size < self._group_bytes_max and self._state == "running":
@@ -487,9 +513,7 @@ class Journal:
 
     def _drain_locked(self, group: list[_Pending], size: int) -> int:
         """Move queued submits into the group while it stays under the byte bound (always >= 1 submit)."""
-        queue = self._queue
-        while queue and (not group or size + len(queue[0].data) <= self._group_bytes_max):
-            p = queue.popleft()
+        for p in self._queue.take(self._group_bytes_max - size, bool(group)):
             self._queued_records -= p.records
             group.append(p)
             size += len(p.data)
@@ -561,8 +585,7 @@ class Journal:
     def _fail_queued(self) -> None:
         """After a failure nothing queued can become durable: tell every waiting submitter now."""
         with self._lock:
-            rest = list(self._queue)
-            self._queue.clear()
+            rest = self._queue.drain()
             self._queued_records = 0
             self._not_full.notify_all()
         self._complete(rest, self._failed)

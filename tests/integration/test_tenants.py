@@ -282,6 +282,9 @@ def test_migration_brings_a_cluster_from_before_tenants_under_them_without_losin
         for lid in [*segments, lw.ledger_id]:
             md, v = store.ledgers.read_ledger_metadata(lid)
             store.ledgers.write_ledger_metadata(dataclasses.replace(md, namespace="", owner_role=""), v)
+    for b in sb.bookies:   # bookies of a cluster from before tenants never knew these ledgers' stamps
+        b.stop()
+        sb.restart(b)
     with client(sb, "billing") as c, pytest.raises(errors.UnauthorizedAccessError, match="predates tenants"):
         c.open_ledger(lw.ledger_id, b"l")
     conf = tmp_path / "root.toml"

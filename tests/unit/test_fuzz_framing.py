@@ -92,7 +92,16 @@ class _Processor:
     def __init__(self) -> None:
         self.batches: list[pb.AddBatch] = []
 
-    def process_adds(self, batch: pb.AddBatch, reply: Any, flush: Any = None, caller: Any = None) -> None:
+    def admit(self, groups: list[Any]) -> tuple[Any, list[Any]]:
+        from spark_bookie.server.admission import Piece
+
+        return None, [Piece(groups, 0.0)]   # no namespace is rate-limited here: the batch in one piece
+
+    def wait_for_room(self, flow: Any, timeout_s: float | None = None) -> bool:
+        return True
+
+    def process_adds(self, batch: pb.AddBatch, reply: Any, flush: Any = None, caller: Any = None,
+                     flow: Any = None, groups: Any = None) -> None:
         self.batches.append(batch)
 
     async def read_range(self, req: pb.ReadRangeRequest, caller: Any = None) -> pb.ReadRangeResponse:
