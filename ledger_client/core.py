@@ -339,6 +339,9 @@ class LedgerCore:
 def _groups_arg(primary: Iterable[str] | None, secondary: Iterable[str] | None) -> PlacementGroups:
     """IncorrectParameterError for group lists that could never place a copy (namespace settings
     validate theirs the same way before they get here)."""
+    if isinstance(primary, str | bytes) or isinstance(secondary, str | bytes):
+        raise errors.IncorrectParameterError("bookie_groups and bookie_groups_secondary are lists of group names, "
+                                             f"not a string: {primary!r}, {secondary!r}")
     groups = PlacementGroups(tuple(primary or ()), tuple(secondary or ()))
     names = groups.primary + groups.secondary
     if any(not isinstance(g, str) or not g for g in names) or len(set(names)) != len(names):

@@ -45,16 +45,16 @@ MODES = ("fair", "fifo")   # fair share on (default) / off (every add first come
 FLOOD_SCRIPT = """
 import json, sys, time
 from ledger_client import LedgerClient
-zk, ns, kind, seconds = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4])
+zk, ns, kind, seconds, size = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4]), int(sys.argv[5])
 c = LedgerClient(zk)
-pad = b"a" * 92
+pad = b"a" * (size - 8)
 if kind == "stream":
     w = c.namespace(ns).open_writer("flood")
     write = w.write_async
 else:   # 100-byte entries of a ledger of the namespace, one add each
     w = c.create_ledger(3, 3, 2, namespace=ns)
     write = w.append_async
-write(b"warm" + pad + b"0000").result()
+write(b"warm" + pad + b"0000").result()   # the flood's ledger exists before it starts
 print("ready", flush=True)
 sys.stdin.readline()
 futs, n = [], 0
@@ -88,6 +88,8 @@ def add_tenants_parser(sub: Any) -> None:
     p.add_argument("--flood", choices=("ledger", "stream"), default="stream",
                    help="tenant A floods 100-byte records of a stream (packed into large entries, default) or "
                         "100-byte entries of a ledger (one add each)")
+    p.add_argument("--flood-record-bytes", type=int, default=100, metavar="N",
+                   help="the size of tenant A's records (default 100)")
     p.add_argument("--rate", type=float, default=1000.0, help="tenant B's offered records/s (default 1000)")
     p.add_argument("--json", default="bench-tenants.json", metavar="PATH", help="where the results go as JSON")
     p.set_defaults(func_bench=bench_tenants)
@@ -118,9 +120,10 @@ def _summary(lat: list[float]) -> dict[str, float]:
     return {"writes": len(lat), "p50_ms": pct(lat, 50), "p99_ms": pct(lat, 99), "max_ms": max(lat) * 1000}
 
 
-def _flooded(zk: str, writer: Any, rate: float, seconds: float, first: int, flood: str) -> dict[str, Any]:
+def _flooded(zk: str, writer: Any, rate: float, seconds: float, first: int, flood: tuple[str, int]) -> dict[str, Any]:
     """B's trickle during A's flood (A in its own process), and what both got."""
-    proc = subprocess.Popen([sys.executable, "-c", FLOOD_SCRIPT, zk, "tenant-a-ns", flood, str(seconds)],
+    proc = subprocess.Popen([sys.executable, "-c", FLOOD_SCRIPT, zk, "tenant-a-ns", flood[0], str(seconds),
+                             str(flood[1])],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         assert proc.stdin is not None and proc.stdout is not None
@@ -145,7 +148,7 @@ def _flooded(zk: str, writer: Any, rate: float, seconds: float, first: int, floo
             "total_records_per_s": a_rate + len(lat) / b_seconds, "host_steal_share": steal_share(host0, host1)}
 
 
-def _round(zk: str, writer: Any, rate: float, seconds: float, first: int, flood: str) -> dict[str, Any]:
+def _round(zk: str, writer: Any, rate: float, seconds: float, first: int, flood: tuple[str, int]) -> dict[str, Any]:
     alone = _summary(_trickle(writer, rate, seconds * 0.75, first))
     first += int(rate * seconds)
     return {"alone": alone, "flooded": _flooded(zk, writer, rate, seconds, first, flood)}
@@ -171,7 +174,8 @@ def bench_tenants(args: argparse.Namespace) -> int:
     seconds = 3.0 if args.quick else args.seconds
     rounds = 1 if args.quick else args.rounds
     root = Path(tempfile.mkdtemp(prefix="bench-tenants-"))
-    res: dict[str, Any] = {"record_bytes": RECORD_BYTES, "rate": args.rate, "seconds": seconds,
+    res: dict[str, Any] = {"record_bytes": RECORD_BYTES, "flood": args.flood,
+                           "flood_record_bytes": args.flood_record_bytes, "rate": args.rate, "seconds": seconds,
                            "load_average_at_start": os.getloadavg()}
     progress = StepProgress("bench tenants", ("clusters", "host floors",
                                               *(f"round {i + 1}" for i in range(rounds))))
@@ -185,14 +189,15 @@ def bench_tenants(args: argparse.Namespace) -> int:
             res["host_fdatasync"] = {"p50_ms": pct(syncs, 50), "p99_ms": pct(syncs, 99)}
             progress.step("host floors")
             runs: dict[str, list[dict[str, Any]]] = {m: [] for m in (*MODES, "apart")}
+            flood = (args.flood, args.flood_record_bytes)
             first = 1
             for i in range(rounds):
                 for mode in (MODES if i % 2 == 0 else MODES[::-1]):
                     zk, writer = clusters[mode]
-                    runs[mode].append(_round(zk, writer, args.rate, seconds, first, args.flood))
+                    runs[mode].append(_round(zk, writer, args.rate, seconds, first, flood))
                     first += 2 * int(args.rate * seconds)
                 # the host's floor: A floods the first-come cluster, B writes to the fair one
-                apart = _flooded(clusters["fifo"][0], clusters["fair"][1], args.rate, seconds, first, args.flood)
+                apart = _flooded(clusters["fifo"][0], clusters["fair"][1], args.rate, seconds, first, flood)
                 runs["apart"].append({"alone": runs["fair"][-1]["alone"], "flooded": apart})
                 first += int(args.rate * seconds)
                 progress.step(f"round {i + 1}")
@@ -228,7 +233,8 @@ def _report(res: dict[str, Any]) -> None:
     print(f"\nhost floors: loopback round trip p50 {rt['p50_ms']:.3f} ms, fdatasync p50 {fs['p50_ms']:.3f} ms "
           f"(p99 {fs['p99_ms']:.3f}); load at start {res['load_average_at_start'][0]:.2f}")
     print(f"tenant B: one synchronous 100-byte write every {1000 / res['rate']:.2f} ms; tenant A: write_async "
-          f"flood from another process; medians of {len(res['runs']['fair'])} alternating rounds")
+          f"flood of {res['flood_record_bytes']}-byte records ({res['flood']}) from another process; medians of "
+          f"{len(res['runs']['fair'])} alternating rounds")
     print(f"{'bookies':<26}{'B alone p50/p99':>18}{'B flooded p50/p99':>20}{'A rec/s':>11}{'total rec/s':>13}"
           f"{'steal':>7}")
     for mode, label in (("fair", "fair share (default)"), ("fifo", "first come (before)"),
