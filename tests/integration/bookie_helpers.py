@@ -5,8 +5,11 @@ from __future__ import annotations
 import os
 import socket
 import time
-from collections.abc import Callable
+import uuid
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future
+
+import pytest
 
 from ledger_client.protocol import bookkeeper_pb2 as pb
 from ledger_client.protocol.framing import Digester, DigestType, master_key
@@ -71,3 +74,24 @@ def wait_closed_by_bookie(s: socket.socket) -> None:
             pass
     except ConnectionResetError:
         pass
+
+
+def module_cluster(bookies: int, doc: str = "") -> Callable[..., Iterator[object]]:
+    """A module-scoped `sb` fixture: one Sandbox of `bookies` real bookie processes on the session's
+    ZooKeeper, under a chroot of its own (the tests of the module use namespaces of their own)."""
+
+    @pytest.fixture(scope="module")
+    def sb(zk_server: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
+        from spark_bookie.local.sandbox import Sandbox
+
+        s = Sandbox(tmp_path_factory.mktemp("cluster"), bookies,
+                    zk_connect=f"{zk_server}/t-{uuid.uuid4().hex[:12]}/ledgers",
+                    bookie_settings={"zk_session_timeout_ms": 4000, "gc_interval_ms": 3_600_000})
+        s.start()
+        try:
+            yield s
+        finally:
+            s.stop()
+
+    sb.__doc__ = doc or f"{bookies} bookies for the module"
+    return sb

@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import uuid
 
 import pytest
+from bookie_helpers import module_cluster
 from client_helpers import client
 from stream_helpers import WriterProcess, payload
 
@@ -23,16 +23,7 @@ from metadata.zk.testing import expire_session
 pytestmark = pytest.mark.integration
 
 
-@pytest.fixture(scope="module")
-def sb(zk_server, tmp_path_factory):
-    """One cluster of three bookies for the module (each test uses namespaces of its own)."""
-    from spark_bookie.local.sandbox import Sandbox
-
-    s = Sandbox(tmp_path_factory.mktemp("cluster"), 3, zk_connect=f"{zk_server}/t-{uuid.uuid4().hex[:12]}/ledgers",
-                bookie_settings={"zk_session_timeout_ms": 4000, "gc_interval_ms": 3_600_000})
-    s.start()
-    yield s
-    s.stop()
+sb = module_cluster(3, "One cluster of three bookies for the module (each test uses namespaces of its own).")
 
 
 def cli_info(zk: str, stream: str) -> dict:

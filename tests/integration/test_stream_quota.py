@@ -10,10 +10,9 @@ import asyncio
 import json
 import subprocess
 import sys
-import uuid
 
 import pytest
-from bookie_helpers import wait_until
+from bookie_helpers import module_cluster, wait_until
 from client_helpers import client
 from http_helpers import call_json, sample, scrape
 from stream_helpers import read_all
@@ -30,16 +29,7 @@ ENTRY = PAYLOAD + 12 + 16 + 16   # a record written alone: payload, its 12 bytes
 ONE_BOOKIE = {"ensemble_size": 1, "write_quorum_size": 1, "ack_quorum_size": 1}
 
 
-@pytest.fixture(scope="module")
-def sb(zk_server, tmp_path_factory):
-    """One bookie for the module (each test uses namespaces of its own)."""
-    from spark_bookie.local.sandbox import Sandbox
-
-    s = Sandbox(tmp_path_factory.mktemp("cluster"), 1, zk_connect=f"{zk_server}/t-{uuid.uuid4().hex[:12]}/ledgers",
-                bookie_settings={"zk_session_timeout_ms": 4000, "gc_interval_ms": 3_600_000})
-    s.start()
-    yield s
-    s.stop()
+sb = module_cluster(1, "One bookie for the module (each test uses namespaces of its own).")
 
 
 def rec(stream: str, i: int) -> bytes:

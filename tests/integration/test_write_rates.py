@@ -5,9 +5,9 @@ bookies through their ZooKeeper watch. One cluster of three bookies for the modu
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 
 import pytest
+from bookie_helpers import module_cluster
 
 from ledger_client import ClientConfig, LedgerClient
 
@@ -16,20 +16,7 @@ pytestmark = pytest.mark.integration
 SECONDS = 5.0
 
 
-@pytest.fixture(scope="module")
-def sb(zk_server: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
-    import uuid
-
-    from spark_bookie.local.sandbox import Sandbox
-
-    s = Sandbox(tmp_path_factory.mktemp("rates") / "cluster", 3,
-                zk_connect=f"{zk_server}/t-{uuid.uuid4().hex[:12]}/ledgers",
-                bookie_settings={"zk_session_timeout_ms": 4000, "gc_interval_ms": 3_600_000})
-    s.start()
-    try:
-        yield s
-    finally:
-        s.stop()
+sb = module_cluster(3, "One cluster of three bookies for the module.")
 
 
 def _offer(writer: object, per_s: float, seconds: float, size: int) -> tuple[int, list]:
