@@ -171,7 +171,7 @@ def _cluster(stack: ExitStack, root: Path, mode: str) -> tuple[str, Any]:
 
 
 def bench_tenants(args: argparse.Namespace) -> int:
-    seconds = 3.0 if args.quick else args.seconds
+    seconds = 2.0 if args.quick else args.seconds
     rounds = 1 if args.quick else args.rounds
     root = Path(tempfile.mkdtemp(prefix="bench-tenants-"))
     res: dict[str, Any] = {"record_bytes": RECORD_BYTES, "flood": args.flood,
@@ -247,6 +247,6 @@ def _report(res: dict[str, Any]) -> None:
     print(f"host floor: B's p99 while A floods bookies B does not use: {floor:.2f} ms (what the machine itself "
           f"costs B; the goal's bound is {'above' if floor <= res['goals']['p99_bound_ms'] else 'BELOW'} it)")
     g = res["goals"]
-    print(f"goal: B's p99 under the flood <= {g['p99_bound_ms']:.2f} ms: "
-          f"{'met' if g['p99_met'] else 'MISSED'}; total records/s >= {GOAL_TOTAL_RATIO}x first come: "
-          f"{g['total_ratio']:.2f}x, {'met' if g['total_met'] else 'MISSED'}")
+    print(f"goal B's p99 under the flood <= {g['p99_bound_ms']:.2f} ms: {'met' if g['p99_met'] else 'MISSED'}")
+    print(f"goal total records/s under the flood >= {GOAL_TOTAL_RATIO}x first come: {g['total_ratio']:.2f}x, "
+          f"{'met' if g['total_met'] else 'MISSED'}")
