@@ -43,7 +43,7 @@ _EXPORTS = {
     "NamespaceSettings": ".stream.settings", "StreamInfo": ".stream.namespace", "SegmentInfo": ".stream.namespace",
     "StreamReader": ".stream.reader", "StreamWriter": ".stream.writer", "AsyncNamespace": ".stream.aio",
     "AsyncStreamReader": ".stream.aio", "AsyncStreamWriter": ".stream.aio", "TenantInfo": ".stream.tenants",
-    "NamespaceUsage": ".stream.quota",
+    "NamespaceUsage": ".stream.quota", "SubscriptionInfo": ".stream.subscriptions",
 }
 
 __all__ = sorted([*_EXPORTS, "errors"])

@@ -212,3 +212,19 @@ class QuotaExceededError(StreamError):
     ProducerBlockedQuotaExceededError)."""
 
     code = -230
+
+
+# ---------------------------------------------------------------------- subscriptions (DESIGN §4.11)
+
+class NoSuchSubscriptionError(StreamError):
+    """The subscription does not exist: never created, or deleted (a reader committing to a
+    subscription deleted under it gets this too; it reads on, unrecorded)."""
+
+    code = -231
+
+
+class PositionPastEndError(StreamError, IncorrectParameterError):
+    """A subscription position after the stream's last record (committing or resetting to a record
+    that was never written)."""
+
+    code = -232

@@ -20,7 +20,7 @@ from metadata import (
     NodeExistsError,
     NoNodeError,
 )
-from metadata.streams import NamespaceGoneError, StreamGoneError, StreamLockTimeoutError
+from metadata.streams import NamespaceGoneError, StreamGoneError, StreamLockTimeoutError, SubscriptionGoneError
 from metadata.tenancy import TenantGoneError
 
 from . import errors
@@ -31,6 +31,7 @@ MAPPING: tuple[tuple[type[MetadataError], type[errors.LedgerError], str], ...] =
     (NamespaceGoneError, errors.NoSuchNamespaceError, ""),
     (TenantGoneError, errors.NoSuchTenantError, ""),
     (StreamGoneError, errors.NoSuchStreamError, ""),
+    (SubscriptionGoneError, errors.NoSuchSubscriptionError, ""),
     (StreamLockTimeoutError, errors.StreamLockedError, ""),
     (BadVersionError, errors.MetadataVersionError, "metadata changed concurrently"),
     (MetadataUnavailableError, errors.MetadataServiceError, "ZooKeeper unavailable"),

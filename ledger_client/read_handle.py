@@ -131,6 +131,13 @@ class ReadHandle:
         length through it, as BookKeeper's does): what a reader knows of a growing ledger."""
         return self._md.length if self.is_closed else self._known_length[1]
 
+    @property
+    def known_length(self) -> tuple[int, int]:
+        """(entry id, the ledger's length through it) of the highest confirmed entry this handle
+        has read (-1, 0 before any): how a subscription learns the bytes up to its position from
+        the one entry it reads (stream/subscriptions.py)."""
+        return self._known_length
+
     def _advance_lac(self, lac: int) -> int:
         with self._lock:
             if lac > self._lac:

@@ -12,7 +12,8 @@ from .dlsn import DLSN, LogRecord
 from .namespace import Namespace, SegmentInfo, StreamInfo
 from .reader import StreamReader
 from .settings import NamespaceSettings
+from .subscriptions import SubscriptionInfo
 from .writer import StreamWriter
 
 __all__ = ["DLSN", "LogRecord", "Namespace", "NamespaceSettings", "SegmentInfo", "StreamInfo", "StreamReader",
-           "StreamWriter"]
+           "StreamWriter", "SubscriptionInfo"]

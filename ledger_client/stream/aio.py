@@ -9,11 +9,13 @@ from collections.abc import AsyncIterator, Iterable
 from typing import Any
 
 from .. import errors
+from .commits import COMMIT_INTERVAL_MS
 from .dlsn import DLSN, LogRecord
 from .namespace import Namespace, StreamInfo
 from .quota import NamespaceUsage
 from .reader import StreamReader
 from .settings import NamespaceSettings
+from .subscriptions import SubscriptionInfo
 from .writer import StreamWriter
 
 
@@ -53,6 +55,20 @@ class AsyncStreamReader:
         self.sync = reader
 
     position = property(lambda self: self.sync.position)
+    subscription = property(lambda self: self.sync.subscription)
+
+    async def commit(self, dlsn: DLSN, *, sync: bool = False) -> None:
+        """The reader's ``commit``: batched, so it only waits for ZooKeeper with ``sync``."""
+        if sync:
+            await asyncio.to_thread(lambda: self.sync.commit(dlsn, sync=True))
+        else:
+            self.sync.commit(dlsn)
+
+    def commit_async(self, dlsn: DLSN) -> asyncio.Future[None]:
+        return asyncio.wrap_future(self.sync.commit_async(dlsn))
+
+    async def flush_commits(self) -> None:
+        await asyncio.to_thread(self.sync.flush_commits)
 
     async def read_next(self, timeout_ms: int = 1_000) -> LogRecord | None:
         return await asyncio.to_thread(self.sync.read_next, timeout_ms)
@@ -122,6 +138,21 @@ class AsyncNamespace:
     async def open_writer(self, name: str, lock_timeout_ms: int = 30_000) -> AsyncStreamWriter:
         return AsyncStreamWriter(await asyncio.to_thread(self.sync.open_writer, name, lock_timeout_ms))
 
-    async def open_reader(self, name: str, start: DLSN | str = DLSN.INITIAL,
-                          start_txid: int | None = None) -> AsyncStreamReader:
-        return AsyncStreamReader(await asyncio.to_thread(self.sync.open_reader, name, start, start_txid))
+    async def open_reader(self, name: str, start: DLSN | str = DLSN.INITIAL, start_txid: int | None = None, *,
+                          subscription: str | None = None,
+                          commit_interval_ms: int = COMMIT_INTERVAL_MS) -> AsyncStreamReader:
+        return AsyncStreamReader(await asyncio.to_thread(
+            lambda: self.sync.open_reader(name, start, start_txid, subscription=subscription,
+                                          commit_interval_ms=commit_interval_ms)))
+
+    async def subscriptions(self, name: str) -> dict[str, SubscriptionInfo]:
+        return await asyncio.to_thread(self.sync.subscriptions, name)
+
+    async def commit_subscription(self, name: str, subscription: str, dlsn: DLSN) -> None:
+        await asyncio.to_thread(self.sync.commit_subscription, name, subscription, dlsn)
+
+    async def reset_subscription(self, name: str, subscription: str, dlsn: DLSN | str) -> None:
+        await asyncio.to_thread(self.sync.reset_subscription, name, subscription, dlsn)
+
+    async def delete_subscription(self, name: str, subscription: str) -> None:
+        await asyncio.to_thread(self.sync.delete_subscription, name, subscription)

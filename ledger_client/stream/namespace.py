@@ -21,6 +21,8 @@ from metadata.tenancy import CONSUME, PRODUCE, PUBLIC_TENANT, NamespaceAccess
 
 from .. import errors
 from ..metadata_errors import metadata_errors
+from . import subscriptions as subs
+from .commits import COMMIT_INTERVAL_MS
 from .dlsn import DLSN
 from .meta import check_names, now_ms
 from .placement import settings_problems
@@ -28,6 +30,7 @@ from .quota import NamespaceUsage, read_usage
 from .reader import StreamReader
 from .segments import apply_retention, live_end
 from .settings import NamespaceSettings
+from .subscriptions import SubscriptionInfo
 from .tenants import create_public_tenant, denied_namespace, require_manage, require_namespace, require_tenant_admin
 from .writer import StreamWriter
 
@@ -269,10 +272,43 @@ class Namespace:
         self.require(PRODUCE)
         return StreamWriter(self, name, lock_timeout_ms)
 
-    def open_reader(self, name: str, start: DLSN | str = DLSN.INITIAL, start_txid: int | None = None) -> StreamReader:
-        """A reader from ``start`` (a DLSN, or "latest"), or from the first record with txid >= ``start_txid``."""
+    def open_reader(self, name: str, start: DLSN | str = DLSN.INITIAL, start_txid: int | None = None, *,
+                    subscription: str | None = None, commit_interval_ms: int = COMMIT_INTERVAL_MS) -> StreamReader:
+        """A reader from ``start`` (a DLSN, or "latest"), or from the first record with txid >= ``start_txid``.
+        ``subscription``: resume after its committed position (a new one is created, starting at
+        ``start``); the reader's ``commit`` writes at most once per ``commit_interval_ms``."""
         self.require(CONSUME)
-        return StreamReader(self, name, start, start_txid)
+        return StreamReader(self, name, start, start_txid, subscription=subscription,
+                            commit_interval_ms=commit_interval_ms)
+
+    # -- subscriptions (DESIGN §4.11) -----------------------------------------------------------
+    def subscriptions(self, name: str) -> dict[str, SubscriptionInfo]:
+        """Every subscription of the stream with its position and exact backlog."""
+        self.require(CONSUME)
+        return subs.infos(self, name)
+
+    def commit_subscription(self, name: str, subscription: str, dlsn: DLSN) -> None:
+        """Move ``subscription`` forward to ``dlsn`` without a reader (created if absent; a lower
+        position is ignored); written at once."""
+        subs.check_subscription(subscription)
+        self.require(CONSUME)
+        view = self.view(name)
+        pos = subs.as_position(dlsn)
+        subs.check_not_past_end(self, name, view, pos)
+        subs.commit_position(self, name, subscription, pos, create=True, view=view)
+
+    def reset_subscription(self, name: str, subscription: str, dlsn: DLSN | str) -> None:
+        """Move ``subscription`` to ``dlsn`` (the last record consumed: readers resume after it),
+        backwards too; or to ``"earliest"`` / ``"latest"``. NoSuchSubscriptionError if absent."""
+        subs.check_subscription(subscription)
+        self.require(CONSUME)
+        subs.reset_position(self, name, subscription, dlsn)
+
+    def delete_subscription(self, name: str, subscription: str) -> None:
+        """NoSuchSubscriptionError if absent. Its readers read on; their commits then fail."""
+        subs.check_subscription(subscription)
+        self.require(CONSUME)
+        subs.delete(self, name, subscription)
 
 
 # ---------------------------------------------------------------------- client-level
@@ -328,5 +364,5 @@ def delete_namespace(client: LedgerClient, name: str, force: bool = False) -> No
         client.store.streams.delete_namespace(name)
 
 
-__all__ = ["Namespace", "NamespaceUsage", "SegmentInfo", "StreamInfo", "create_namespace", "delete_namespace",
-           "get_namespace", "list_namespaces"]
+__all__ = ["Namespace", "NamespaceUsage", "SegmentInfo", "StreamInfo", "SubscriptionInfo", "create_namespace",
+           "delete_namespace", "get_namespace", "list_namespaces"]

@@ -5,6 +5,9 @@ entry, the one in progress up to its LAC and then by long polls (never past what
 told is durable, and never fencing it), moving on when a segment is sealed; it decodes record sets
 into batches on a bounded queue. The reader's caller takes records from there. Records before the
 truncation point are never returned, whatever position the reader was asked to start from.
+
+A reader of a subscription (DESIGN §4.11) starts after its committed position (a new one at
+``start``) and commits positions through a Committer (commits.py: batched, forward only).
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import queue
 import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import Future
 from functools import partial
 from itertools import repeat
 from typing import TYPE_CHECKING
@@ -22,9 +26,11 @@ from metadata.streams import SegmentMeta, SegmentState, StreamView
 
 from .. import errors
 from ..metadata_errors import metadata_errors
+from .commits import COMMIT_INTERVAL_MS, Committer
 from .dlsn import DLSN, LogRecord
 from .meta import check_names
 from .records import RecordSet
+from .subscriptions import as_position, check_subscription, open_position
 from .tiered import read_tiered_segment
 
 if TYPE_CHECKING:
@@ -55,14 +61,25 @@ class StreamReader:
     """Thread-safe for one consumer. An iterator (ends at end of stream) and a context manager."""
 
     def __init__(self, ns: Namespace, name: str, start: DLSN | str = DLSN.INITIAL,
-                 start_txid: int | None = None) -> None:
+                 start_txid: int | None = None, *, subscription: str | None = None,
+                 commit_interval_ms: int = COMMIT_INTERVAL_MS) -> None:
         check_names((name, "stream"))
+        if subscription is not None:
+            check_subscription(subscription)
         self.ns, self.name = ns, name
         self._metrics = ns.client.metrics
         view = ns.view(name)
         self._handles: dict[int, ReadHandle] = {}
         self._min_txid = None if start_txid is None else int(start_txid)
         self._pos = self._start_position(view, start, start_txid)
+        self._committer: Committer | None = None
+        if subscription is not None:
+            resume, committed = open_position(ns, name, subscription, view, self._pos)
+            if resume != self._pos:
+                self._min_txid = None   # an existing subscription's position rules, not start_txid
+            tb = view.meta.truncated_before
+            self._pos = max(resume, DLSN(*tb)) if tb else resume
+            self._committer = Committer(ns, name, subscription, committed, commit_interval_ms)
         self._queue: queue.Queue[list[LogRecord] | BaseException | _End] = queue.Queue(READ_AHEAD_BATCHES)
         self._batch: list[LogRecord] = []
         self._index = 0
@@ -104,6 +121,31 @@ class StreamReader:
     def position(self) -> DLSN:
         """Where the next record returned will be at or after."""
         return self._pos
+
+    # ------------------------------------------------------------------ the subscription's commits
+
+    @property
+    def subscription(self) -> str | None:
+        return None if self._committer is None else self._committer.name
+
+    def _commits(self) -> Committer:
+        if self._committer is None:
+            raise errors.IncorrectParameterError(f"{self!r} reads without a subscription: nothing to commit")
+        return self._committer
+
+    def commit(self, dlsn: DLSN, *, sync: bool = False) -> None:
+        """Record ``dlsn`` as consumed: written with the reader's next commit (at most one ZooKeeper
+        write per ``commit_interval_ms``), at once with ``sync``. A position at or below the last
+        one committed is ignored; past the stream's end, PositionPastEndError."""
+        self._commits().commit(as_position(dlsn, "commit position"), self._pos, sync=sync)
+
+    def commit_async(self, dlsn: DLSN) -> Future[None]:
+        """``commit``, with a future done once a write carried the position."""
+        return self._commits().commit(as_position(dlsn, "commit position"), self._pos)
+
+    def flush_commits(self) -> None:
+        """Write the last position committed now."""
+        self._commits().flush()
 
     def read_next(self, timeout_ms: int = 1_000) -> LogRecord | None:
         """The next record; None if none arrived within ``timeout_ms``; EndOfStreamError once the
@@ -161,6 +203,9 @@ class StreamReader:
                 return
 
     def close(self) -> None:
+        """Stops reading; a subscription's last commit is written first."""
+        if self._committer is not None:
+            self._committer.close()
         self._stop.set()
         while True:  # unblock the read-ahead thread if it waits for room
             try:

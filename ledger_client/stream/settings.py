@@ -18,6 +18,7 @@ from ..protocol.framing import DigestType
 MIB = 1 << 20
 GROUP_FIELDS = ("bookie_groups", "bookie_groups_secondary")
 GROUP_NAME = re.compile(r"[A-Za-z0-9._-]{1,64}")
+BACKLOG_POLICIES = ("refuse_writes", "drop_oldest")   # Pulsar's producer_exception, consumer_backlog_eviction
 
 
 @dataclass(frozen=True)
@@ -41,6 +42,10 @@ class NamespaceSettings:
     storage_quota_bytes: int | None = None            # bytes of the namespace held on bookies (tiered data not counted)
     write_rate_bytes_per_s: int | None = None         # enforced by the bookies: a faster writer is slowed
     write_rate_records_per_s: int | None = None
+    # Subscriptions (DESIGN §4.11).
+    retain_until_consumed: bool = False               # retention keeps what some subscription has not passed
+    backlog_quota_bytes: int | None = None            # the slowest subscription's backlog per stream, at most
+    backlog_quota_policy: str = "refuse_writes"       # past it: "refuse_writes" (QuotaExceededError) or "drop_oldest"
 
     def __post_init__(self) -> None:
         problems = []
@@ -48,6 +53,12 @@ class NamespaceSettings:
             v = getattr(self, f.name)
             if f.name in GROUP_FIELDS:
                 problems.extend(_group_problems(f.name, v))
+            elif f.name == "retain_until_consumed":
+                if not isinstance(v, bool):
+                    problems.append(f"{f.name} must be true or false")
+            elif f.name == "backlog_quota_policy":
+                if v not in BACKLOG_POLICIES:
+                    problems.append(f"{f.name} must be one of {', '.join(BACKLOG_POLICIES)}, not {v!r}")
             elif f.name in ("digest_type", "password", "tier_table"):
                 if not isinstance(v, str) and not (f.name == "tier_table" and v is None):
                     problems.append(f"{f.name} must be a string")

@@ -8,6 +8,7 @@ from metadata.streams.model import (
     SegmentMeta,
     SegmentState,
     StreamMeta,
+    SubscriptionMeta,
     TierInfo,
     check_name,
     decode_access,
@@ -20,9 +21,11 @@ from metadata.streams.store import (
     StreamLockInfo,
     StreamLockTimeoutError,
     StreamStore,
+    SubscriptionGoneError,
 )
 from metadata.streams.transitions import Change, SegmentEnd, StreamView
 
 __all__ = ["FIRST_SEQUENCE", "Change", "NamespaceGoneError", "Position", "SegmentEnd", "SegmentMeta", "SegmentState",
            "StreamGoneError", "StreamLockInfo", "StreamLockTimeoutError", "StreamMeta", "StreamStore", "StreamView",
-           "TierInfo", "check_name", "decode_access", "decode_settings", "encode_settings"]
+           "SubscriptionGoneError", "SubscriptionMeta", "TierInfo", "check_name", "decode_access", "decode_settings",
+           "encode_settings"]

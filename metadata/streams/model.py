@@ -189,3 +189,51 @@ def sealed(seg: SegmentMeta, *, last_entry_id: int, last_slot: int, record_count
     return replace(seg, state=SegmentState.SEALED, last_entry_id=last_entry_id, last_slot=last_slot,
                    record_count=record_count, bytes=nbytes, last_txid=last_txid if record_count else -1,
                    sealed_ms=now_ms)
+
+
+# ---------------------------------------------------------------------- subscriptions (DESIGN §4.11)
+
+def check_position(pos: object, what: str = "position") -> Position:
+    """A subscription's position: (segment >= 1, entry >= 0, slot >= -1). Slot -1 is "nothing of
+    this entry consumed yet": a subscription that starts at a record, or that retention moved to a
+    segment's start, sits just before it, so a reader resumes at slot 0."""
+    if not isinstance(pos, tuple | list) or len(pos) != 3 or any(
+            not isinstance(x, int) or isinstance(x, bool) for x in pos):
+        raise InvalidMetadataError(f"bad {what} {pos!r}: want (segment, entry, slot)")
+    seg, entry, slot = pos
+    if seg < 1 or entry < 0 or slot < -1:
+        raise InvalidMetadataError(f"bad {what} {seg}/{entry}/{slot}")
+    return (seg, entry, slot)
+
+
+@dataclass(frozen=True)
+class SubscriptionMeta:
+    """One subscription's znode (``<stream>/subscriptions/<name>``): the last record it consumed,
+    and ``mark``, how many records and bytes of that record's segment are at or before it (read
+    from the record's entry once, when the position is written), so that its backlog is counted
+    from segment metadata alone, never by reading records."""
+
+    position: Position
+    mark: tuple[int, int] = (0, 0)     # (records, bytes) of position's segment up to and including it
+    ctime_ms: int = 0
+    updated_ms: int = 0
+
+    @property
+    def resume(self) -> Position:
+        """Where a reader of this subscription goes on: the record after ``position``."""
+        return (self.position[0], self.position[1], self.position[2] + 1)
+
+
+def encode_subscription(s: SubscriptionMeta) -> bytes:
+    return _dumps({"position": list(s.position), "mark": list(s.mark), "ctime_ms": s.ctime_ms,
+                   "updated_ms": s.updated_ms})
+
+
+def decode_subscription(data: bytes, what: str = "subscription") -> SubscriptionMeta:
+    d = _loads(data, what)
+    try:
+        mark = d.get("mark") or [0, 0]
+        return SubscriptionMeta(check_position(tuple(d["position"]), what), (int(mark[0]), int(mark[1])),
+                                int(d.get("ctime_ms", 0)), int(d.get("updated_ms", 0)))
+    except (TypeError, ValueError, KeyError, IndexError) as e:
+        raise InvalidMetadataError(f"{what}: {e}") from e

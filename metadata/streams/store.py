@@ -10,6 +10,9 @@ Layout under ``<root>/streams`` (DistributedLog's spirit):
 - ``<ns>/<stream>``: the stream's meta (next segment number, max txid, truncation point, end of
   stream, Spark batches committed); every change of the stream is a CAS on its version;
 - ``<ns>/<stream>/segments/<20-digit sequence>``: one node per segment (``SegmentMeta``);
+- ``<ns>/<stream>/subscriptions/<name>``: one node per subscription (``SubscriptionMeta``, DESIGN
+  §4.11); a forward commit is a CAS on its own node only, a creation or a move back also sets the
+  stream node (CAS), so that a retention decided on an older view cannot delete what they need;
 - ``<ns>/<stream>/lock/lock-<seq>``: ephemeral sequential nodes of writers; the lowest holds the
   stream. Every change a writer makes checks that its own lock node still exists (in the same
   multi-op), so a writer whose session expired cannot change the stream after a new writer took it.
@@ -29,17 +32,21 @@ from metadata.layout import ZkLayout
 from metadata.nodes import MultiOpFailed, Nodes, Op
 from metadata.streams.model import (
     StreamMeta,
+    SubscriptionMeta,
     check_name,
     decode_segment,
     decode_stream,
+    decode_subscription,
     encode_segment,
     encode_stream,
+    encode_subscription,
 )
 from metadata.streams.transitions import Change, StreamView
 
 STREAMS = "streams"
 SEGMENTS = "segments"
 LOCK = "lock"
+SUBSCRIPTIONS = "subscriptions"
 _READ_TRIES_MAX = 20   # a stream changing under read_stream this many times in a row is an error
 
 
@@ -53,6 +60,10 @@ class StreamGoneError(MetadataError):
 
 class NamespaceGoneError(StreamGoneError):
     """The namespace does not exist."""
+
+
+class SubscriptionGoneError(MetadataError):
+    """The subscription does not exist (never created, or deleted)."""
 
 
 @dataclass(frozen=True)
@@ -91,6 +102,9 @@ class StreamStore:
 
     def _segment_path(self, ns: str, name: str, sequence: int) -> str:
         return f"{self._stream_path(ns, name)}/{SEGMENTS}/{sequence:020d}"
+
+    def _sub_path(self, ns: str, name: str, sub: str) -> str:
+        return f"{self._stream_path(ns, name)}/{SUBSCRIPTIONS}/{check_name(sub, 'subscription')}"
 
     # -- namespaces -------------------------------------------------------------------------
     def create_namespace(self, name: str, settings: bytes) -> None:
@@ -136,7 +150,7 @@ class StreamStore:
         """NodeExistsError if it exists, NamespaceGoneError if the namespace does not."""
         path = self._stream_path(ns, name)
         ops = [Op("create", path, encode_stream(meta)), Op("create", f"{path}/{SEGMENTS}"),
-               Op("create", f"{path}/{LOCK}")]
+               Op("create", f"{path}/{LOCK}"), Op("create", f"{path}/{SUBSCRIPTIONS}")]
         try:
             self._multi(ops)
         except MultiOpFailed as e:
@@ -152,25 +166,33 @@ class StreamStore:
         return sorted(kids)
 
     def read_stream(self, ns: str, name: str) -> StreamView | None:
-        """The stream and all its segments with their versions (consistent: the stream node is
-        re-read until it did not change while the segments were listed), or None."""
+        """The stream, all its segments and its subscriptions with their versions (consistent: the
+        stream node is re-read until it did not change while they were listed; a subscription's
+        forward commit may land meanwhile, which only makes its position older than it is), or None.
+        Two round trips, as without subscriptions: one listing of both, one read of every node."""
         path = self._stream_path(ns, name)
         for _ in range(_READ_TRIES_MAX):
             head = self._nodes.get_many([path])[0]
             if head is None:
                 return None
-            names = sorted(self._nodes.children(f"{path}/{SEGMENTS}") or [])
-            got = self._nodes.get_many([f"{path}/{SEGMENTS}/{n}" for n in names] + [path])
+            listed = self._nodes.children_many([f"{path}/{SEGMENTS}", f"{path}/{SUBSCRIPTIONS}"])
+            names = sorted(listed[0] or [])
+            subs = sorted(listed[1] or [])
+            got = self._nodes.get_many([f"{path}/{SEGMENTS}/{n}" for n in names]
+                                       + [f"{path}/{SUBSCRIPTIONS}/{n}" for n in subs] + [path])
             tail = got[-1]
             if tail is None:
                 return None
-            if tail[1] != head[1] or any(g is None for g in got[:-1]):
+            seg_got, sub_got = got[:len(names)], got[len(names):-1]
+            if tail[1] != head[1] or any(g is None for g in seg_got):
                 continue  # changed while listed: read again
             segments = {}
-            for n, g in zip(names, [g for g in got[:-1] if g is not None], strict=True):
+            for n, g in zip(names, [g for g in seg_got if g is not None], strict=True):
                 seg = decode_segment(g[0], f"segment {path}/{n}")
                 segments[seg.sequence] = (seg, g[1])
-            return StreamView(decode_stream(head[0], f"stream {path}"), head[1], segments)
+            subscriptions = {n: (decode_subscription(g[0], f"subscription {path}/{n}"), g[1])
+                             for n, g in zip(subs, sub_got, strict=True) if g is not None}
+            return StreamView(decode_stream(head[0], f"stream {path}"), head[1], segments, subscriptions)
         raise MetadataError(f"stream {ns}/{name} kept changing while it was read")
 
     def read_stream_meta(self, ns: str, name: str) -> tuple[StreamMeta, int] | None:
@@ -202,10 +224,13 @@ class StreamStore:
         ops += [Op("create", self._segment_path(ns, name, s.sequence), encode_segment(s)) for s in change.create]
         ops += [Op("set", self._segment_path(ns, name, s.sequence), encode_segment(s), v) for s, v in change.update]
         ops += [Op("delete", self._segment_path(ns, name, seq), version=v) for seq, v in change.delete]
+        ops += [Op("set", self._sub_path(ns, name, sub), encode_subscription(m), v) for sub, m, v in change.moved]
         try:
             self._multi(ops)
         except MultiOpFailed as e:
             op = ops[e.index]
+            if f"/{SUBSCRIPTIONS}/" in op.path:   # a subscription moved or deleted meanwhile: decide again
+                raise BadVersionError(f"a subscription of {ns}/{name} changed since it was read") from e
             if op.kind == "check":
                 raise NoNodeError(f"the writer lock of {ns}/{name} is gone ({lock.path if lock else ''}): "
                                   "its ZooKeeper session expired") from e
@@ -221,7 +246,7 @@ class StreamStore:
         path = self._stream_path(ns, name)
         if self._nodes.get_many([path])[0] is None:
             raise StreamGoneError(f"stream {ns}/{name} does not exist")
-        for sub in (SEGMENTS, LOCK):
+        for sub in (SEGMENTS, LOCK, SUBSCRIPTIONS):
             for child in self._nodes.children(f"{path}/{sub}") or []:
                 self._delete_quietly(f"{path}/{sub}/{child}")
             self._delete_quietly(f"{path}/{sub}")
@@ -232,6 +257,59 @@ class StreamStore:
             self._nodes.delete(path, retry=False)
         except NoNodeError:
             pass
+
+    # -- subscriptions (DESIGN §4.11) -----------------------------------------------------------
+    def read_subscription(self, ns: str, name: str, sub: str) -> tuple[SubscriptionMeta, int] | None:
+        """(meta, version), or None."""
+        path = self._sub_path(ns, name, sub)
+        got = self._nodes.get_many([path])[0]
+        return None if got is None else (decode_subscription(got[0], f"subscription {path}"), got[1])
+
+    def write_subscription(self, ns: str, name: str, sub: str, meta: SubscriptionMeta, version: int | None,
+                           *, guard: bool = False) -> int:
+        """Create (``version`` None) or CAS-update a subscription; its new version. ``guard``: also
+        set the stream node at the version read now (a creation always does): a creation or a move
+        back then makes any change decided on an older view of the stream (retention) lose its CAS.
+        BadVersionError when either moved (read again, decide again), NodeExistsError when created
+        meanwhile, SubscriptionGoneError when deleted, StreamGoneError without the stream."""
+        path = self._sub_path(ns, name, sub)
+        stream = self._stream_path(ns, name)
+        ops: list[Op] = []
+        if version is None or guard:
+            head = self._nodes.get_many([stream])[0]
+            if head is None:
+                raise StreamGoneError(f"stream {ns}/{name} does not exist")
+            ops.append(Op("set", stream, head[0], head[1]))
+        if version is None:
+            self._ensure_child_dir(stream, SUBSCRIPTIONS, f"{ns}/{name}")
+            ops.append(Op("create", path, encode_subscription(meta)))
+        else:
+            ops.append(Op("set", path, encode_subscription(meta), version))
+        try:
+            self._multi(ops)
+        except MultiOpFailed as e:
+            if isinstance(e.cause, BadVersionError | NodeExistsError):
+                raise e.cause from e
+            if ops[e.index].path == stream:
+                raise StreamGoneError(f"stream {ns}/{name} does not exist") from e
+            raise SubscriptionGoneError(f"subscription {sub!r} of {ns}/{name} does not exist") from e
+        return 0 if version is None else version + 1
+
+    def _ensure_child_dir(self, stream: str, child: str, what: str) -> None:
+        """``<stream>/<child>`` exists (streams created before it was part of a stream lack it)."""
+        try:
+            self._nodes.create(f"{stream}/{child}")
+        except NodeExistsError:
+            pass
+        except NoNodeError as e:
+            raise StreamGoneError(f"stream {what} does not exist") from e
+
+    def delete_subscription(self, ns: str, name: str, sub: str, version: int = -1) -> None:
+        """SubscriptionGoneError if absent; BadVersionError if it moved since ``version``."""
+        try:
+            self._nodes.delete(self._sub_path(ns, name, sub), version, retry=False)
+        except NoNodeError as e:
+            raise SubscriptionGoneError(f"subscription {sub!r} of {ns}/{name} does not exist") from e
 
     # -- the writer lock --------------------------------------------------------------------
     def lock_stream(self, ns: str, name: str, owner: str, timeout_s: float) -> StreamLockInfo:

@@ -19,16 +19,20 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from metadata.errors import InvalidMetadataError
-from metadata.streams.model import Position, SegmentMeta, SegmentState, StreamMeta, sealed
+from metadata.streams.model import Position, SegmentMeta, SegmentState, StreamMeta, SubscriptionMeta, sealed
 
 
 @dataclass(frozen=True)
 class StreamView:
-    """A stream as read: its meta and every segment, each with the znode version it was read at."""
+    """A stream as read: its meta and every segment, each with the znode version it was read at,
+    and its subscriptions (DESIGN §4.11) with theirs. A subscription's forward commits do not
+    move the stream's version (they would make every reader re-read the segments); what can make a
+    change unsafe, a subscription created or moved back, does (metadata.streams.store)."""
 
     meta: StreamMeta
     version: int
     segments: dict[int, tuple[SegmentMeta, int]] = field(default_factory=dict)
+    subscriptions: dict[str, tuple[SubscriptionMeta, int]] = field(default_factory=dict)
 
     def ordered(self) -> list[SegmentMeta]:
         return [self.segments[k][0] for k in sorted(self.segments)]
@@ -57,6 +61,7 @@ class Change:
     update: tuple[tuple[SegmentMeta, int], ...] = ()
     delete: tuple[tuple[int, int], ...] = ()     # (sequence, version)
     released_ledgers: tuple[int, ...] = ()       # ledgers of deleted segments: delete after commit
+    moved: tuple[tuple[str, SubscriptionMeta, int], ...] = ()   # subscriptions moved (CAS on their version)
 
 
 @dataclass(frozen=True)
@@ -140,13 +145,25 @@ def _deleting(view: StreamView, meta: StreamMeta, doomed: list[SegmentMeta]) -> 
                   released_ledgers=tuple(s.ledger_id for s in doomed if s.ledger_id is not None))
 
 
-def retention(view: StreamView, now_ms: int, retention_ms: int | None, retention_bytes: int | None) -> Change | None:
+def passed(seg: SegmentMeta, resume: Position) -> bool:
+    """Whether a reader resuming at ``resume`` has consumed every record of the sealed ``seg``."""
+    last = seg.last_dlsn
+    return seg.is_sealed and (last is None and resume >= seg.first_dlsn or last is not None and last < resume)
+
+
+def retention(view: StreamView, now_ms: int, retention_ms: int | None, retention_bytes: int | None,
+              protect: Position | None = None) -> Change | None:
     """Sealed segments past the age or size limit, oldest first; never the newest segment (so a
-    stream keeps its position and max txid readable). None when nothing is due."""
+    stream keeps its position and max txid readable). ``protect``: the earliest point a
+    subscription resumes at, with ``retain_until_consumed`` (invariant 12): a segment it has not
+    passed stays, and so does every later one. None when nothing is due."""
     segs = view.ordered()
     if len(segs) < 2:
         return None
     candidates = [s for s in segs[:-1] if s.is_sealed]
+    if protect is not None:
+        kept = next((i for i, s in enumerate(candidates) if not passed(s, protect)), len(candidates))
+        candidates = candidates[:kept]
     doomed: list[SegmentMeta] = []
     if retention_ms is not None:
         doomed += [s for s in candidates if s.sealed_ms is not None and now_ms - s.sealed_ms > retention_ms]

@@ -74,6 +74,10 @@ SETTING_FLAGS = (  # (flag, setting, type, metavar, help): create-namespace and 
     ("--storage-quota-bytes", "storage_quota_bytes", int, "BYTES", "writes refused past this much held on bookies"),
     ("--write-rate-bytes-per-s", "write_rate_bytes_per_s", int, "N", "bookies slow writers above this"),
     ("--write-rate-records-per-s", "write_rate_records_per_s", int, "N", "bookies slow writers above this"),
+    ("--retain-until-consumed", "retain_until_consumed", json.loads, "true|false",
+     "retention keeps what a subscription has not consumed"),
+    ("--backlog-quota-bytes", "backlog_quota_bytes", int, "BYTES", "the slowest subscription's backlog per stream"),
+    ("--backlog-quota-policy", "backlog_quota_policy", str, "refuse_writes|drop_oldest", "past the backlog quota"),
 )
 NONE_WORD = "none"
 
