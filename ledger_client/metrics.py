@@ -42,6 +42,11 @@ class ClientMetrics:
                                               "one", registry=r)
         self.stream_truncations = Counter("stream_TRUNCATIONS", "Stream truncations committed by writers",
                                           registry=r)
+        self.stream_backlog_dropped_segments = Counter(
+            "stream_BACKLOG_DROPPED_SEGMENTS", "Stream segments deleted by a backlog quota's drop_oldest", registry=r)
+        self.stream_subscriptions_moved = Counter(
+            "stream_SUBSCRIPTIONS_MOVED", "Subscriptions moved to a stream's new start by a backlog quota's "
+            "drop_oldest (their records were deleted unconsumed)", registry=r)
 
     def appended(self, latencies_s: list[float]) -> None:
         """A drained batch of completed appends (one call per batch, one observation per entry)."""

@@ -37,6 +37,13 @@ what one writer writes in ``PUBLISH_MIN_S``) when they write at similar speed, a
 than what the other writers write in ``REFRESH_S`` plus their unpublished bytes. Once over, every
 writer is refused until space is freed. A Spark sink (jobs) writes ledgers of its own and links
 them: it is not checked here.
+
+**The backlog quota** (DESIGN §4.11, ``backlog_quota_bytes`` with ``refuse_writes``) is the same
+gate's second bound, per stream: the bytes its slowest subscription has not consumed, with the
+writer's own segment counted locally as above, must stay within it. What the slowest subscription
+has not consumed of the other segments is read with the usage (one read of the stream's segments
+and subscriptions per sync), so a writer refused for it resumes within ``REFUSED_REFRESH_S`` of
+its writes once a subscription's commit lands. A stream without subscriptions has no backlog.
 """
 
 from __future__ import annotations
@@ -53,6 +60,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from metadata.streams import decode_settings
+from metadata.streams import subscriptions as subs
 from metadata.streams import transitions as tr
 
 from .. import errors
@@ -146,7 +154,16 @@ def refusal(usage: int, quota: int, cost: int, where: str) -> errors.QuotaExceed
         "truncation or tiering free space (or the quota is raised)")
 
 
+def backlog_refusal(backlog: int, quota: int, cost: int, where: str) -> errors.QuotaExceededError:
+    return errors.QuotaExceededError(
+        f"{where}: the stream's slowest subscription has {backlog} bytes to consume, its backlog quota is "
+        f"{quota}, and a record of {cost} bytes does not fit; nothing was written. Writes are accepted again "
+        "once the subscriptions consume and commit (or the quota is raised)")
+
+
 # ---------------------------------------------------------------------- a writer's check
+
+NOT_READ = object()   # a sync that did not read the backlog (no backlog quota, or the read failed)
 
 class Verdict(enum.Enum):
     ADMIT = "admit"
@@ -166,11 +183,16 @@ class QuotaGate:
     (publish, read). Pure: no I/O, times are arguments (monotonic seconds); the writer calls it
     under its lock and runs the syncs it asks for (``sync``), one at a time."""
 
-    __slots__ = ("busy", "next_at", "next_bytes", "others", "published", "published_at", "quota", "read_at",
-                 "refused", "sealed", "segment", "version")
+    __slots__ = ("backlog_offset", "backlog_quota", "busy", "checking", "next_at", "next_bytes", "others",
+                 "published", "published_at", "quota", "read_at", "refused", "sealed", "segment", "version")
 
-    def __init__(self, quota: int | None, now: float) -> None:
+    def __init__(self, quota: int | None, now: float, backlog_quota: int | None = None) -> None:
         self.quota = quota
+        # The backlog quota: the stream's slowest subscription's backlog is sealed + backlog_offset
+        # + the writer's own segment (None: no subscription, no backlog; or not read yet).
+        self.backlog_quota = backlog_quota
+        self.backlog_offset: int | None = None
+        self.checking = quota is not None or backlog_quota is not None   # whether a write asks ``check``
         self.others = 0            # the other streams' bytes, as last read
         self.sealed = 0            # this stream's sealed segments' bytes ...
         self.version = -1          # ... from its stream node at this version
@@ -193,7 +215,8 @@ class QuotaGate:
         """May a record costing ``cost`` bytes be written? RECHECK (the sync then counts as
         running) when it would be refused on a read older than REFUSED_REFRESH_S."""
         q = self.quota
-        if q is None or self.others + self.sealed + open_bytes + cost <= q:
+        fits = q is None or self.others + self.sealed + open_bytes + cost <= q
+        if fits and not self._over_backlog(cost, open_bytes):
             self.refused = False
             return Verdict.ADMIT
         self.refused = True
@@ -201,6 +224,17 @@ class QuotaGate:
             self.busy = True
             return Verdict.RECHECK
         return Verdict.REFUSE
+
+    def _over_backlog(self, cost: int, open_bytes: int) -> bool:
+        bq, offset = self.backlog_quota, self.backlog_offset
+        return bq is not None and offset is not None and self.sealed + offset + open_bytes + cost > bq
+
+    def refusal(self, open_bytes: int, cost: int, where: str) -> errors.QuotaExceededError:
+        """Why ``check`` refused: the storage quota, or else the backlog quota."""
+        q = self.quota
+        if q is not None and self.used(open_bytes) + cost > q or self.backlog_offset is None:
+            return refusal(self.used(open_bytes), q or 0, cost, where)
+        return backlog_refusal(self.sealed + self.backlog_offset + open_bytes, self.backlog_quota or 0, cost, where)
 
     def unpublished(self, sent: int) -> int:
         """Bytes appended to the segment in progress (``sent`` so far) that are not published."""
@@ -229,16 +263,21 @@ class QuotaGate:
         self.next_at = min(self.read_at + REFRESH_S, self.published_at + PUBLISH_MIN_S)
         self.next_bytes = math.inf if self.quota is None else self.published + self.quota // SLICE_FRACTION
 
-    def synced(self, plan: SyncPlan, published: bool, usage: NamespaceUsage | None, stream: str, now: float) -> None:
+    def synced(self, plan: SyncPlan, published: bool, usage: NamespaceUsage | None, stream: str, now: float,
+               backlog: object = NOT_READ) -> None:
         """A sync ended: ``published`` whether its publication was committed (or found needless),
-        ``usage`` what it read (None: the read failed; the old figures stand until the next)."""
+        ``usage`` what it read (None: the read failed; the old figures stand until the next),
+        ``backlog`` the backlog offset read (``NOT_READ``: none)."""
         self.busy = False
         self.read_at = now
+        if backlog is not NOT_READ:
+            self.backlog_offset = backlog if isinstance(backlog, int) else None
         if published and plan.sequence is not None and plan.sequence == self.segment:
             self.published = max(self.published, plan.nbytes)
             self.published_at = now
         if usage is not None:
             self.quota = usage.quota_bytes
+            self.checking = self.quota is not None or self.backlog_quota is not None
             mine = usage.streams.get(stream)
             self.others = usage.used_bytes - (mine.total if mine is not None else 0)
             if mine is not None:
@@ -274,12 +313,14 @@ class WriterQuota:
 
     def __init__(self, ns: Namespace, name: str, lock: StreamLockInfo, mutex: threading.Lock,
                  appended: Callable[[], int]) -> None:
-        self.gate = QuotaGate(ns.settings.storage_quota_bytes, time.monotonic())
+        s = ns.settings
+        backlog_quota = s.backlog_quota_bytes if s.backlog_quota_policy == "refuse_writes" else None
+        self.gate = QuotaGate(s.storage_quota_bytes, time.monotonic(), backlog_quota)
         self._ns, self._name, self._lock, self._mutex, self._appended = ns, name, lock, mutex, appended
         self._timer: threading.Timer | None = None
         self._mark = 0   # the bytes appended when the timer was armed
         self._closed = False
-        if self.gate.quota is not None:
+        if self.gate.checking:
             self.gate.busy = True
             self.sync(SyncPlan(None, 0))   # the first write is checked on a fresh read
 
@@ -301,8 +342,9 @@ class WriterQuota:
         except Exception:  # a bug must not leave the gate waiting for a sync forever
             log.exception("stream %s/%s: storage usage sync failed", self._ns.name, self._name)
             published, usage = False, None
+        backlog = read_backlog(self._ns, self._name) if self.gate.backlog_quota is not None else NOT_READ
         with self._mutex:
-            self.gate.synced(plan, published, usage, self._name, time.monotonic())
+            self.gate.synced(plan, published, usage, self._name, time.monotonic(), backlog)
 
     def _arm(self) -> None:
         """Under the writer's lock: the timer, marked with the bytes appended now. Firing with
@@ -347,3 +389,16 @@ def sync(ns: Namespace, name: str, lock: StreamLockInfo, plan: SyncPlan) -> tupl
     except errors.LedgerError as e:
         log.info("stream %s/%s: storage usage not %s: %s", ns.name, name, "read" if published else "published", e)
         return published, None
+
+
+def read_backlog(ns: Namespace, name: str) -> object:
+    """The gate's backlog offset: what the slowest subscription has not consumed of the stream's
+    sealed and tiered segments, less what it consumed of the segment in progress, less the sealed
+    bytes (the gate adds its own figure of those and its segment's); None without subscriptions,
+    NOT_READ when the read failed (logged; the old figure stands)."""
+    try:
+        held = subs.unconsumed_held(ns.view(name))
+    except errors.LedgerError as e:
+        log.info("stream %s/%s: backlog not read: %s", ns.name, name, e)
+        return NOT_READ
+    return None if held is None else held[0] - held[1]

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from metadata import BadVersionError, NoNodeError
 from metadata.streams import Change, SegmentEnd, SegmentMeta, StreamLockInfo, StreamView
+from metadata.streams import subscriptions as subs
 from metadata.streams import transitions as tr
 
 from .. import errors
@@ -128,10 +129,35 @@ def _still(view: StreamView, seg: SegmentMeta) -> bool:
 
 
 def apply_retention(ns: Namespace, name: str, now: int | None = None) -> int:
-    """Delete the sealed segments past the namespace's retention limits (and their ledgers)."""
+    """Delete the sealed segments past the namespace's retention limits (and their ledgers), none
+    that a subscription has not passed with ``retain_until_consumed`` (invariant 12); then, with a
+    backlog quota's ``drop_oldest``, the oldest segments while the slowest subscription's backlog is
+    over it. How many segments went."""
     s = ns.settings
-    if s.retention_ms is None and s.retention_bytes is None:
+    deleted = 0
+    if s.retention_ms is not None or s.retention_bytes is not None:
+        def decide(v: StreamView) -> Change | None:
+            protect = subs.protect_point(v) if s.retain_until_consumed else None
+            return tr.retention(v, now if now is not None else now_ms(), s.retention_ms, s.retention_bytes, protect)
+        _view, change = commit(ns, name, decide, None)
+        deleted += 0 if change is None else len(change.delete)
+    if s.backlog_quota_bytes is not None and s.backlog_quota_policy == "drop_oldest":
+        deleted += _drop_oldest(ns, name, s.backlog_quota_bytes)
+    return deleted
+
+
+def _drop_oldest(ns: Namespace, name: str, quota: int) -> int:
+    """The backlog quota's drop_oldest (Pulsar's consumer_backlog_eviction), with a log line and a
+    counter for the segments deleted unconsumed and the subscriptions moved past them."""
+    _view, change = commit(ns, name, lambda v: subs.drop_oldest(v, quota, now_ms()), None)
+    if change is None:
         return 0
-    _view, change = commit(ns, name, lambda v: tr.retention(v, now if now is not None else now_ms(),
-                                                            s.retention_ms, s.retention_bytes), None)
-    return 0 if change is None else len(change.delete)
+    moved = [m[0] for m in change.moved]
+    log.warning("stream %s/%s: backlog over its quota of %d bytes: deleted segments %s unconsumed; "
+                "subscriptions %s moved to %s", ns.name, name, quota, [seq for seq, _v in change.delete],
+                moved, change.meta.truncated_before)
+    metrics = ns.client.metrics
+    if metrics is not None:
+        metrics.stream_backlog_dropped_segments.inc(len(change.delete))
+        metrics.stream_subscriptions_moved.inc(len(moved))
+    return len(change.delete)

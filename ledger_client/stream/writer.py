@@ -54,7 +54,7 @@ from ..machines.stream_write import Actions, Done, Entry, Failed, Limits, Segmen
 from ..metadata_errors import metadata_errors
 from .dlsn import DLSN
 from .meta import check_names, now_ms
-from .quota import SyncPlan, Verdict, WriterQuota, fail_after, refusal
+from .quota import SyncPlan, Verdict, WriterQuota, fail_after
 from .records import FLAG_CONTROL, RECORD_OVERHEAD_BYTES, encode
 from .segments import apply_retention, commit, recover_segment
 
@@ -174,7 +174,7 @@ class StreamWriter:
                 if self._ended or self._closed:
                     self._check_open()
                 now = time.monotonic()
-                if gate.quota is not None:
+                if gate.checking:
                     cost, held = len(data) + RECORD_OVERHEAD_BYTES, self._seg_bytes + sm.buffered_bytes
                     verdict = gate.check(cost, held, now)
                 if verdict is Verdict.ADMIT:
@@ -185,7 +185,7 @@ class StreamWriter:
                         self._quota.admitted(now)
                 elif verdict is Verdict.REFUSE:
                     before, self._last_fut = self._last_fut, fut
-                    refused = refusal(gate.used(held), gate.quota or 0, cost, f"stream {self.ns.name}/{self.name}")
+                    refused = gate.refusal(held, cost, f"stream {self.ns.name}/{self.name}")
         if failed is not None:
             raise self._failed_error(failed)   # outside the lock: naming who took the stream over reads ZooKeeper
         if act is not _NOTHING:
