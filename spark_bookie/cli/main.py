@@ -369,7 +369,7 @@ def build_parser() -> argparse.ArgumentParser:
     from spark_bookie.cli.stream import add_stream_parser
 
     p = sub.add_parser("stream", help="namespaces and streams: create, list, info, write, tail, truncate, delete; "
-                       "grant, revoke, permissions")
+                       "grant, revoke, permissions; subscriptions")
     add_stream_parser(p)
     p.set_defaults(func=cmd_stream)
 

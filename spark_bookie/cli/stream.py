@@ -1,5 +1,6 @@
 """`spark-bookie stream CMD`: namespaces and streams from the command line (DESIGN §4.2, §4.5),
-and who may use a namespace (`grant`, `revoke`, `permissions`: DESIGN §4.9).
+who may use a namespace (`grant`, `revoke`, `permissions`: DESIGN §4.9), and streams'
+subscriptions (spark_bookie.cli.subscriptions: DESIGN §4.11).
 
 Built on the public client only. Plain text, one item per line; `--json` for structure. Records
 are written one per stdin line (the line without its newline; bytes as they are) and printed as
@@ -18,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from ledger_client.errors import IncorrectParameterError
 from spark_bookie.cli.common import zk_default
 from spark_bookie.cli.shell import AdminRule, ShellFunc, render_bytes, run_shell
+from spark_bookie.cli.subscriptions import add_subscription_commands
 
 if TYPE_CHECKING:
     from ledger_client import LedgerClient, LogRecord, Namespace
@@ -357,6 +359,7 @@ def add_stream_parser(p: argparse.ArgumentParser) -> None:
     c.add_argument("stream", type=_split, metavar="NS/S")
     c.add_argument("dlsn", metavar="DLSN")
     c.add_argument("--lock-timeout-ms", type=int, default=30_000)
+    add_subscription_commands(command, _split)
 
 
 def run_stream(args: argparse.Namespace) -> int:
