@@ -6,7 +6,8 @@ answers them as a BookKeeper cluster does; where BookKeeper answers with a bare 
 the same string as a JSON string. Destructive or expensive calls (``gc``, ``decommission``,
 ``ledger/delete``) take only PUT/POST/DELETE, as BookKeeper's do; a GET gets 405. Ledger
 endpoints use a LedgerClient of their own, created on first use (a bookie that nobody asks about
-ledgers never opens one). Pulsar's tenant API (``/admin/v2/...``) is spark_bookie.http.tenants.
+ledgers never opens one). Pulsar's tenant API (``/admin/v2/...``) is spark_bookie.http.tenants,
+its subscription endpoints spark_bookie.http.subscriptions.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from spark_bookie.http.params import (
     json_body,
 )
 from spark_bookie.http.server import Request, Response, Routes
+from spark_bookie.http.subscriptions import SUBSCRIPTION_ROUTES
 from spark_bookie.http.tenants import TENANT_ROUTES
 
 if TYPE_CHECKING:
@@ -350,7 +352,8 @@ def build_routes(ctx: AdminContext) -> Routes:
         return handle
 
     api = "/api/v1"
-    tenant_api = {path: {method: bind(fn) for method, fn in methods.items()} for path, methods in TENANT_ROUTES.items()}
+    tenant_api = {path: {method: bind(fn) for method, fn in methods.items()}
+                  for path, methods in (*TENANT_ROUTES.items(), *SUBSCRIPTION_ROUTES.items())}
     return {
         "/heartbeat": {"GET": bind(heartbeat)},
         f"{api}/config/server_config": {"GET": bind(server_config)},
