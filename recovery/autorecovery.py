@@ -27,6 +27,7 @@ from metadata import connect as connect_metadata
 from .auditor import Auditor, AuditorStats
 from .config import AutoRecoveryConfig
 from .stream_maintenance import StreamMaintenance, TierStep
+from .subscription_backlog import SubscriptionBacklog
 from .worker import ReplicationWorker
 
 log = logging.getLogger(__name__)
@@ -66,6 +67,7 @@ class AutoRecovery:
         self._is_auditor = False
         self.elections_won = 0  # times this candidate became the auditor (recovery/metrics.py)
         self._maintenance: StreamMaintenance | None = None
+        self._backlog: SubscriptionBacklog | None = None
         self._tier_step: TierStep | None = tier_step
 
     # ------------------------------------------------------------------ public surface
@@ -90,6 +92,14 @@ class AutoRecovery:
         with self._lock:
             return self._auditor.stats if self._auditor is not None else None
 
+    @property
+    def subscription_backlogs(self) -> dict[tuple[str, str], tuple[int, int]]:
+        """("ns/stream", subscription) -> (backlog records, bytes) as the auditor last read them
+        (recovery/subscription_backlog.py); empty on a process that is not the auditor."""
+        with self._lock:
+            backlog = self._backlog
+        return backlog.snapshot() if backlog is not None else {}
+
     def wait_ready(self, timeout_s: float) -> bool:
         """Block until connected and running (tests, the CLI's first message)."""
         return self._ready.wait(timeout_s)
@@ -104,6 +114,7 @@ class AutoRecovery:
             withdraw, self._withdraw = self._withdraw, None
             auditor, self._auditor = self._auditor, None
             maintenance, self._maintenance = self._maintenance, None
+            backlog, self._backlog = self._backlog, None
             worker, self.worker = self.worker, None
             client, self.client = self.client, None
             store, self.store = self.store, None
@@ -117,6 +128,8 @@ class AutoRecovery:
             auditor.stop()
         if maintenance is not None:
             maintenance.stop()
+        if backlog is not None:
+            backlog.stop()
         if worker is not None:
             worker.stop()
         if client is not None:
@@ -191,6 +204,7 @@ class AutoRecovery:
             self._is_auditor = elected
             old, self._auditor = self._auditor, None
             old_maintenance, self._maintenance = self._maintenance, None
+            old_backlog, self._backlog = self._backlog, None
             if elected and store is not None and client is not None:
                 self.elections_won += 1
                 self._auditor = Auditor(store, self.config, client.pool)
@@ -198,8 +212,12 @@ class AutoRecovery:
                 self._maintenance = StreamMaintenance(client, self.config.stream_maintenance_interval_ms,
                                                       self._tier_step)
                 self._maintenance.start()
+                self._backlog = SubscriptionBacklog(client, self.config.stream_maintenance_interval_ms)
+                self._backlog.start()
         if old is not None:
             old.stop(timeout_s=None)
         if old_maintenance is not None:
             old_maintenance.stop()
+        if old_backlog is not None:
+            old_backlog.stop()
         log.info("autorecovery %s: %s the auditor", self.candidate_id, "now" if elected else "no longer")

@@ -67,6 +67,7 @@ class AutoRecoveryCollector(Collector):
             yield GaugeMetricFamily("auditor_NUM_UNDER_REPLICATED_LEDGERS",
                                     "Ledgers in the cluster's under-replication queue", value=float(queued))
         yield from self._storage()
+        yield from self._subscriptions()
 
     def _storage(self) -> Iterator[GaugeMetricFamily]:
         """Each namespace's bytes on bookies and its storage quota (DESIGN §4.10), read from
@@ -91,6 +92,20 @@ class AutoRecoveryCollector(Collector):
                 quota.add_metric([u.namespace], float(u.quota_bytes))
         yield used
         yield quota
+
+    def _subscriptions(self) -> Iterator[GaugeMetricFamily]:
+        """Each subscription's backlog (DESIGN §4.11) as the auditor's timer last read it
+        (recovery/subscription_backlog.py): the scrape itself reads nothing."""
+        backlogs = self._ar.subscription_backlogs
+        records = GaugeMetricFamily("stream_subscription_backlog_records", "Records of a stream after its "
+                                    "subscription's position", labels=["stream", "subscription"])
+        size = GaugeMetricFamily("stream_subscription_backlog_bytes", "Bytes of the records after a "
+                                 "subscription's position", labels=["stream", "subscription"])
+        for (stream, sub), (n, b) in sorted(backlogs.items()):
+            records.add_metric([stream, sub], float(n))
+            size.add_metric([stream, sub], float(b))
+        yield records
+        yield size
 
     def _queue_length(self) -> int | None:
         store = self._ar.store

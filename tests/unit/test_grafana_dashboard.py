@@ -19,7 +19,7 @@ from spark_bookie.server.metrics import BookieMetrics, BookieProbes
 pytestmark = pytest.mark.unit
 
 DASHBOARD = Path(__file__).resolve().parents[2] / "deploy" / "grafana" / "spark-bookie.json"
-OUR_METRIC = re.compile(r"\b(?:bookie|bookkeeper_server|auditor|replication_worker|namespace)_[A-Za-z0-9_]+")
+OUR_METRIC = re.compile(r"\b(?:bookie|bookkeeper_server|auditor|replication_worker|namespace|stream)_[A-Za-z0-9_]+")
 
 
 def _exported(tmp_path: Path) -> set[str]:
@@ -32,7 +32,8 @@ def _exported(tmp_path: Path) -> set[str]:
     streams = SimpleNamespace(list_namespaces=lambda: ["ns"], read_stream_heads=lambda ns: (settings, {}))
     store = SimpleNamespace(underreplication=SimpleNamespace(list_underreplicated=lambda: {}), streams=streams)
     ar = SimpleNamespace(worker=SimpleNamespace(stats=WorkerStats()), elections_won=1, is_auditor=True,
-                         auditor_stats=None, store=store)
+                         auditor_stats=None, store=store,
+                         subscription_backlogs={("ns/orders", "billing"): (12, 1_200)})
     registries: list[CollectorRegistry] = [m.registry, autorecovery_registry(ar)]  # type: ignore[arg-type]
     return {s.name for r in registries for f in r.collect() for s in f.samples}
 
@@ -44,7 +45,8 @@ def test_every_query_names_an_exported_metric(tmp_path):
     assert len(exprs) >= 9
     wanted = {"bookie_journal_JOURNAL_SYNC_bucket", "bookkeeper_server_ADD_ENTRY_bucket",
               "auditor_NUM_UNDER_REPLICATED_LEDGERS", "bookie_ledger_dir_free_bytes", "bookie_SERVER_STATUS",
-              "namespace_storage_used_bytes", "namespace_storage_quota_bytes"}
+              "namespace_storage_used_bytes", "namespace_storage_quota_bytes",
+              "stream_subscription_backlog_records"}
     named: set[str] = set()
     for expr in exprs:
         names = set(OUR_METRIC.findall(expr))
