@@ -25,6 +25,8 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from ledger_client.errors import IncorrectParameterError
+
 from .ledger_read import LedgerPushdownReader, LedgerReader
 from .options import SourceOptions, StreamSourceOptions, reads_streams
 from .pyspark_compat import pushdown_refused
@@ -50,6 +52,10 @@ class LedgerDataSource(DataSource):
     def reader(self, schema: StructType) -> DataSourceReader:
         if self.stream_opts is not None:
             from .stream_source import StreamBatchReader, StreamPushdownReader
+
+            if self.stream_opts.subscription is not None:
+                raise IncorrectParameterError("option subscription is for spark.readStream: a batch read commits "
+                                              "no position")
 
             refused = pushdown_refused()
             return (StreamBatchReader if refused else StreamPushdownReader)(self.stream_opts, schema)

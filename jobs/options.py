@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 from pyspark.sql.types import BinaryType, IntegralType, StringType, StructType
 
 from jobs.connect import client_conf_path
-from ledger_client.errors import IncorrectParameterError
+from ledger_client.errors import IncorrectParameterError, InvalidNameError
 
 if TYPE_CHECKING:
     from ledger_client.stream.dlsn import DLSN
@@ -33,6 +33,7 @@ DECODES = ("none", "utf8", "json")
 LEDGER_ENTRIES_PER_PARTITION = 100_000   # ~100 MiB of 1 KiB entries: near Spark's 128 MiB split size
 STREAM_ENTRIES_PER_PARTITION = 1_000     # an entry is a record set of up to output_buffer_bytes (256 KiB)
 _GLOB_RE = re.compile(r"[A-Za-z0-9._*?\[\]!-]+")
+_NAME_RE = re.compile(r"[A-Za-z0-9._-]{1,255}")   # a subscription's name, as a stream's (DESIGN §4.5)
 
 
 # ---------------------------------------------------------------- one reading of Spark's options
@@ -239,6 +240,16 @@ def _starting(raw: str) -> tuple[str, tuple[tuple[str, DLSN], ...]]:
     return "json", tuple(sorted((str(k), DLSN.parse(v)) for k, v in obj.items()))
 
 
+def _subscription(raw: str | None) -> str | None:
+    if raw is None:
+        return None
+    name = str(raw).strip()
+    if not _NAME_RE.fullmatch(name) or name in (".", ".."):
+        raise InvalidNameError(f"option subscription: bad subscription name {raw!r}: want [A-Za-z0-9._-]+ "
+                               "(not '.' or '..'), at most 255 characters")
+    return name
+
+
 @dataclass(frozen=True)
 class StreamSourceOptions:
     """Validated options of a read of streams (batch or streaming). Picklable."""
@@ -253,6 +264,7 @@ class StreamSourceOptions:
     starting_dlsns: tuple[tuple[str, DLSN], ...] = ()      # with json: stream -> first DLSN to read
     max_records_per_trigger: int = 0                       # streaming: 0 = no limit
     client_conf: str | None = None                         # client TOML (TLS, token, zk_auth), on every executor
+    subscription: str | None = None                        # streaming: committed with each batch (stream_subscription)
 
     @staticmethod
     def parse(options: Mapping[str, str], env: Mapping[str, str] | None = None) -> StreamSourceOptions:
@@ -268,7 +280,8 @@ class StreamSourceOptions:
             min_partitions=int_option(options, "min_partitions", 1, 1),
             starting_offsets=starting, starting_dlsns=dlsns,
             max_records_per_trigger=int_option(options, "max_records_per_trigger", 0, 0),
-            client_conf=client_conf_path(options.get("client_conf"), env))
+            client_conf=client_conf_path(options.get("client_conf"), env),
+            subscription=_subscription(options.get("subscription")))
 
     def payload_ddl(self) -> str:
         return payload_ddl(self.decode, self.json_schema)

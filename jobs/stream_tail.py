@@ -13,7 +13,8 @@ remove some, and then no reader returns them.
 ``startingOffsets``: ``earliest`` (default), ``latest`` (each stream's end when the query
 starts; streams created later from their start), or a JSON object of DLSNs per stream.
 ``max_records_per_trigger`` caps a microbatch (records counted from sealed segments' metadata,
-cut at an entry boundary: jobs/stream_planning.cap_end).
+cut at an entry boundary: jobs/stream_planning.cap_end). ``subscription``: each committed
+microbatch moves that subscription of the streams it read (jobs/stream_subscription.py).
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from .stream_planning import (
     stream_end,
 )
 from .stream_source import StreamPartition, connect, gather, read_stream_spans, resolve_streams, start_of
+from .stream_subscription import commit_subscription
 
 if TYPE_CHECKING:
     from ledger_client import LedgerClient
@@ -59,9 +61,10 @@ class StreamTailReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.schema = schema
         self._client: LedgerClient | None = None
         self._target: dict[str, DLSN] | None = None   # Trigger.AvailableNow: stop here
+        self._committed: dict[str, DLSN] = {}          # option subscription: the ends committed last
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"opts": self.opts, "schema": self.schema, "_client": None, "_target": None}
+        return {"opts": self.opts, "schema": self.schema, "_client": None, "_target": None, "_committed": {}}
 
     def _connected(self) -> LedgerClient:
         if self._client is None:
@@ -126,7 +129,10 @@ class StreamTailReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return [StreamPartition(p) for p in plans]
 
     def commit(self, end: dict[str, str]) -> None:
-        """Nothing to release: streams keep their records by retention, not for this reader."""
+        """The batch's output is committed: with option subscription, the subscription of each
+        stream moves to where the batch ended (the checkpoint, not it, is where a restart begins)."""
+        if self.opts.subscription is not None:
+            commit_subscription(self._connected(), self.opts.subscription, offsets_from_json(end), self._committed)
 
     def stop(self) -> None:
         client, self._client = self._client, None
