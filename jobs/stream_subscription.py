@@ -4,11 +4,15 @@ the subscription NAME of every stream it read (DESIGN §4.11) to where the batch
 Spark's checkpoint stays the query's source of truth: a restarted query starts from its
 checkpoint, never from the subscription. The subscription makes the query's progress visible
 (``spark-bookie stream subscriptions``, the backlog gauge) and, with ``retain_until_consumed``,
-keeps retention from deleting what the query has yet to read. It is committed from the source's
-``commit(end)``, which Spark calls on the driver once the batch's output is committed, so a
-subscription never passes what the sink holds; a replayed batch commits the same or a lower
-position, which the subscription ignores (positions only move forward). A failed commit is a
-warning, not a failed query: the next batch commits past it.
+keeps retention from deleting what the query has yet to read. It is committed on the driver from
+the source's ``commit(end)`` and ``latestOffset(start)``: Spark calls the first for a batch only
+when the next batch with data starts, and the second, on every trigger, with the end of a batch
+whose output is committed (a batch restarted after a failure is re-run from the offset log without
+asking). So a subscription never passes what the sink holds, and reaches the end of the last
+batch within a trigger (an availableNow query asks once more before it stops). A replayed batch
+commits the same or a lower position, which the subscription ignores (positions only move
+forward); an unchanged end costs nothing. A failed commit is a warning, not a failed query: the
+next trigger commits past it.
 
 An end offset is the next position to read (exclusive); a subscription's position is the last
 record consumed, and the client accepts only a record written so far or a point just before one

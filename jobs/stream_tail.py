@@ -93,8 +93,11 @@ class StreamTailReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def latestOffset(self, start: dict[str, str], limit: ReadLimit) -> dict[str, str]:
         """Each stream's end now (never before its start), capped to the read limit's records in
-        all, streams in name order."""
+        all, streams in name order. ``start`` is where the previous batch ended, and Spark asks
+        only once that batch's output is committed: the subscription moves there (Spark's own
+        commit(end) of a batch comes only when the next batch with data starts)."""
         have = offsets_from_json(start)
+        self._commit_subscription(have)
         found = self._found()
         ends = self._ends(found)
         if self._target is not None:
@@ -131,8 +134,11 @@ class StreamTailReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def commit(self, end: dict[str, str]) -> None:
         """The batch's output is committed: with option subscription, the subscription of each
         stream moves to where the batch ended (the checkpoint, not it, is where a restart begins)."""
-        if self.opts.subscription is not None:
-            commit_subscription(self._connected(), self.opts.subscription, offsets_from_json(end), self._committed)
+        self._commit_subscription(offsets_from_json(end))
+
+    def _commit_subscription(self, ends: dict[str, DLSN]) -> None:
+        if self.opts.subscription is not None and ends:
+            commit_subscription(self._connected(), self.opts.subscription, ends, self._committed)
 
     def stop(self) -> None:
         client, self._client = self._client, None
