@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from metadata import BadVersionError, NoNodeError
@@ -137,8 +138,12 @@ def apply_retention(ns: Namespace, name: str, now: int | None = None) -> int:
     deleted = 0
     if s.retention_ms is not None or s.retention_bytes is not None:
         def decide(v: StreamView) -> Change | None:
-            protect = subs.protect_point(v) if s.retain_until_consumed else None
-            return tr.retention(v, now if now is not None else now_ms(), s.retention_ms, s.retention_bytes, protect)
+            if not s.retain_until_consumed:
+                return tr.retention(v, now if now is not None else now_ms(), s.retention_ms, s.retention_bytes)
+            change = tr.retention(v, now if now is not None else now_ms(), s.retention_ms, s.retention_bytes,
+                                  subs.protect_point(v))
+            # Decided on these subscriptions: lost if one is created or moved back meanwhile.
+            return None if change is None else replace(change, guard=v.subscriptions_version)
         _view, change = commit(ns, name, decide, None)
         deleted += 0 if change is None else len(change.delete)
     if s.backlog_quota_bytes is not None and s.backlog_quota_policy == "drop_oldest":

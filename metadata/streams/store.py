@@ -11,8 +11,10 @@ Layout under ``<root>/streams`` (DistributedLog's spirit):
   stream, Spark batches committed); every change of the stream is a CAS on its version;
 - ``<ns>/<stream>/segments/<20-digit sequence>``: one node per segment (``SegmentMeta``);
 - ``<ns>/<stream>/subscriptions/<name>``: one node per subscription (``SubscriptionMeta``, DESIGN
-  §4.11); a forward commit is a CAS on its own node only, a creation or a move back also sets the
-  stream node (CAS), so that a retention decided on an older view cannot delete what they need;
+  §4.11); a forward commit is a CAS on its own node only; a creation or a move back also sets the
+  ``subscriptions`` directory node (CAS), whose version a retention checks in its multi-op, so that
+  one decided on an older view cannot delete what they need. Consumers may write there (tenant
+  ACLs: metadata/zk/tenant_acl.py), not on the stream node;
 - ``<ns>/<stream>/lock/lock-<seq>``: ephemeral sequential nodes of writers; the lowest holds the
   stream. Every change a writer makes checks that its own lock node still exists (in the same
   multi-op), so a writer whose session expired cannot change the stream after a new writer took it.
@@ -179,11 +181,12 @@ class StreamStore:
             names = sorted(listed[0] or [])
             subs = sorted(listed[1] or [])
             got = self._nodes.get_many([f"{path}/{SEGMENTS}/{n}" for n in names]
-                                       + [f"{path}/{SUBSCRIPTIONS}/{n}" for n in subs] + [path])
+                                       + [f"{path}/{SUBSCRIPTIONS}/{n}" for n in subs]
+                                       + [f"{path}/{SUBSCRIPTIONS}", path])
             tail = got[-1]
             if tail is None:
                 return None
-            seg_got, sub_got = got[:len(names)], got[len(names):-1]
+            seg_got, sub_got, sub_dir = got[:len(names)], got[len(names):-2], got[-2]
             if tail[1] != head[1] or any(g is None for g in seg_got):
                 continue  # changed while listed: read again
             segments = {}
@@ -192,7 +195,8 @@ class StreamStore:
                 segments[seg.sequence] = (seg, g[1])
             subscriptions = {n: (decode_subscription(g[0], f"subscription {path}/{n}"), g[1])
                              for n, g in zip(subs, sub_got, strict=True) if g is not None}
-            return StreamView(decode_stream(head[0], f"stream {path}"), head[1], segments, subscriptions)
+            return StreamView(decode_stream(head[0], f"stream {path}"), head[1], segments, subscriptions,
+                              None if sub_dir is None else sub_dir[1])
         raise MetadataError(f"stream {ns}/{name} kept changing while it was read")
 
     def read_stream_meta(self, ns: str, name: str) -> tuple[StreamMeta, int] | None:
@@ -225,11 +229,13 @@ class StreamStore:
         ops += [Op("set", self._segment_path(ns, name, s.sequence), encode_segment(s), v) for s, v in change.update]
         ops += [Op("delete", self._segment_path(ns, name, seq), version=v) for seq, v in change.delete]
         ops += [Op("set", self._sub_path(ns, name, sub), encode_subscription(m), v) for sub, m, v in change.moved]
+        if change.guard is not None:
+            ops.append(Op("check", f"{path}/{SUBSCRIPTIONS}", version=change.guard))
         try:
             self._multi(ops)
         except MultiOpFailed as e:
             op = ops[e.index]
-            if f"/{SUBSCRIPTIONS}/" in op.path:   # a subscription moved or deleted meanwhile: decide again
+            if op.path.startswith(f"{path}/{SUBSCRIPTIONS}"):   # subscriptions changed meanwhile: decide again
                 raise BadVersionError(f"a subscription of {ns}/{name} changed since it was read") from e
             if op.kind == "check":
                 raise NoNodeError(f"the writer lock of {ns}/{name} is gone ({lock.path if lock else ''}): "
@@ -268,20 +274,20 @@ class StreamStore:
     def write_subscription(self, ns: str, name: str, sub: str, meta: SubscriptionMeta, version: int | None,
                            *, guard: bool = False) -> int:
         """Create (``version`` None) or CAS-update a subscription; its new version. ``guard``: also
-        set the stream node at the version read now (a creation always does): a creation or a move
-        back then makes any change decided on an older view of the stream (retention) lose its CAS.
+        set the subscriptions' directory node at the version read now (a creation always does): a
+        creation or a move back then makes a retention decided on an older view lose its CAS.
         BadVersionError when either moved (read again, decide again), NodeExistsError when created
         meanwhile, SubscriptionGoneError when deleted, StreamGoneError without the stream."""
         path = self._sub_path(ns, name, sub)
         stream = self._stream_path(ns, name)
         ops: list[Op] = []
         if version is None or guard:
-            head = self._nodes.get_many([stream])[0]
+            self._ensure_child_dir(stream, SUBSCRIPTIONS, f"{ns}/{name}")
+            head = self._nodes.get_many([f"{stream}/{SUBSCRIPTIONS}"])[0]
             if head is None:
                 raise StreamGoneError(f"stream {ns}/{name} does not exist")
-            ops.append(Op("set", stream, head[0], head[1]))
+            ops.append(Op("set", f"{stream}/{SUBSCRIPTIONS}", head[0], head[1]))
         if version is None:
-            self._ensure_child_dir(stream, SUBSCRIPTIONS, f"{ns}/{name}")
             ops.append(Op("create", path, encode_subscription(meta)))
         else:
             ops.append(Op("set", path, encode_subscription(meta), version))
@@ -290,7 +296,7 @@ class StreamStore:
         except MultiOpFailed as e:
             if isinstance(e.cause, BadVersionError | NodeExistsError):
                 raise e.cause from e
-            if ops[e.index].path == stream:
+            if ops[e.index].path == f"{stream}/{SUBSCRIPTIONS}":
                 raise StreamGoneError(f"stream {ns}/{name} does not exist") from e
             raise SubscriptionGoneError(f"subscription {sub!r} of {ns}/{name} does not exist") from e
         return 0 if version is None else version + 1

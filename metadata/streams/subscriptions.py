@@ -112,7 +112,8 @@ def drop_oldest(view: StreamView, quota_bytes: int, now_ms: int) -> Change | Non
     old = view.meta.truncated_before
     meta = replace(view.meta, truncated_before=start if old is None or start > old else old)
     return Change(meta, delete=tuple((s.sequence, view.segment_version(s.sequence)) for s in doomed),
-                  released_ledgers=tuple(s.ledger_id for s in doomed if s.ledger_id is not None), moved=moved)
+                  released_ledgers=tuple(s.ledger_id for s in doomed if s.ledger_id is not None), moved=moved,
+                  guard=view.subscriptions_version)
 
 
 def unconsumed_held(view: StreamView) -> tuple[int, int] | None:

@@ -25,14 +25,17 @@ from metadata.streams.model import Position, SegmentMeta, SegmentState, StreamMe
 @dataclass(frozen=True)
 class StreamView:
     """A stream as read: its meta and every segment, each with the znode version it was read at,
-    and its subscriptions (DESIGN §4.11) with theirs. A subscription's forward commits do not
-    move the stream's version (they would make every reader re-read the segments); what can make a
-    change unsafe, a subscription created or moved back, does (metadata.streams.store)."""
+    and its subscriptions (DESIGN §4.11) with theirs. A subscription's forward commits touch its own
+    node only (the stream's version moves only with the stream, so readers do not re-read segments
+    for commits); what can make a retention unsafe, a subscription created or moved back, also
+    moves the version of the subscriptions' directory (``subscriptions_version``, None while it is
+    absent), which such a change checks (``Change.guard``; metadata.streams.store)."""
 
     meta: StreamMeta
     version: int
     segments: dict[int, tuple[SegmentMeta, int]] = field(default_factory=dict)
     subscriptions: dict[str, tuple[SubscriptionMeta, int]] = field(default_factory=dict)
+    subscriptions_version: int | None = None
 
     def ordered(self) -> list[SegmentMeta]:
         return [self.segments[k][0] for k in sorted(self.segments)]
@@ -62,6 +65,7 @@ class Change:
     delete: tuple[tuple[int, int], ...] = ()     # (sequence, version)
     released_ledgers: tuple[int, ...] = ()       # ledgers of deleted segments: delete after commit
     moved: tuple[tuple[str, SubscriptionMeta, int], ...] = ()   # subscriptions moved (CAS on their version)
+    guard: int | None = None    # the subscriptions' directory must still be at this version (None: unchecked)
 
 
 @dataclass(frozen=True)

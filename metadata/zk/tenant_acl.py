@@ -49,6 +49,7 @@ from metadata.zk.acl import parse_zk_auth
 SECURITY = "SECURITY"
 ROLES = "roles"
 STREAMS = "streams"
+SUBSCRIPTIONS = "subscriptions"   # <ns>/<stream>/subscriptions (metadata/streams/store.py): consumers write there
 TENANTS = "tenants"
 R, W, C, D, A = Permissions.READ, Permissions.WRITE, Permissions.CREATE, Permissions.DELETE, Permissions.ADMIN
 ALL = Permissions.ALL
@@ -138,7 +139,8 @@ class TenantAclPolicy:
         if head == STREAMS:
             if len(rel) == 1:
                 return [*base, _acl(R | C, members)]
-            return base + self._namespace_entries(rel[1], data if len(rel) == 2 else None, top=len(rel) == 2)
+            return base + self._namespace_entries(rel[1], data if len(rel) == 2 else None, top=len(rel) == 2,
+                                                  subscriptions=len(rel) >= 4 and rel[3] == SUBSCRIPTIONS)
         if head == IDGEN_LONG:
             return [*base, _acl(R | C | D if len(rel) == 1 else ALL, members)]
         if head == UNDERREPLICATION:
@@ -167,9 +169,10 @@ class TenantAclPolicy:
         admins = TenantDoc.decode(tenant).admin_roles if tenant is not None else frozenset()
         return access, admins
 
-    def _namespace_entries(self, ns: str, data: bytes | None, *, top: bool) -> list[ACL]:
+    def _namespace_entries(self, ns: str, data: bytes | None, *, top: bool, subscriptions: bool = False) -> list[ACL]:
         """Tenant admins every permission; producers may create and delete streams (the namespace
-        node) or change them (below it); consumers read."""
+        node) or change them (below it); consumers read, and keep their streams' subscriptions
+        (``<stream>/subscriptions`` and below: DESIGN §4.11)."""
         got = self._grants(ns, data)
         if got is None:
             return []
@@ -179,7 +182,7 @@ class TenantAclPolicy:
             ident = self.role_id(role)
             if ident is None or role in admins:
                 continue
-            perms = (R | C | D if top else R | W | C | D) if "produce" in actions else R
+            perms = (R | C | D if top else R | W | C | D) if "produce" in actions or subscriptions else R
             out.append(_acl(perms, ident))
         return out
 

@@ -4,6 +4,8 @@ stream's multi-op; against a real ZooKeeper and the in-memory twin."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from metadata import BadVersionError, InvalidMetadataError, NodeExistsError
@@ -28,17 +30,19 @@ def _stream_with_segments(store, n: int) -> None:
 def test_create_read_commit_delete(store):
     _stream_with_segments(store, 2)
     assert store.streams.read_subscription("ns", "s", "billing") is None
-    v0 = store.streams.read_stream("ns", "s").version
+    v0 = store.streams.read_stream("ns", "s")
     sub = subs.created((1, 0, -1), (0, 0), 5)
     assert store.streams.write_subscription("ns", "s", "billing", sub, None) == 0
-    assert store.streams.read_stream("ns", "s").version == v0 + 1      # a creation guards the stream node
+    v1 = store.streams.read_stream("ns", "s")
+    assert v1.subscriptions_version == v0.subscriptions_version + 1    # a creation moves the guard
+    assert v1.version == v0.version                                    # not the stream (its readers)
     with pytest.raises(NodeExistsError):
         store.streams.write_subscription("ns", "s", "billing", sub, None)
     got, v = store.streams.read_subscription("ns", "s", "billing")
     assert got == sub and v == 0
     ahead = subs.advanced(got, (1, 1, 2), (8, 80), 6)
     assert store.streams.write_subscription("ns", "s", "billing", ahead, v) == 1
-    assert store.streams.read_stream("ns", "s").version == v0 + 1      # a forward commit does not
+    assert store.streams.read_stream("ns", "s").subscriptions_version == v1.subscriptions_version  # a commit does not
     with pytest.raises(BadVersionError):
         store.streams.write_subscription("ns", "s", "billing", ahead, v)   # CAS
     view = store.streams.read_stream("ns", "s")
@@ -59,8 +63,9 @@ def test_guarded_write_makes_an_older_stream_change_lose(store):
                                      0, guard=True)       # ... then the subscription moves back
     change = tr.retention(view, 10**9, 0, None, subs.protect_point(view))
     assert change is not None and len(change.delete) == 3   # "a" had passed all three sealed segments
+    guarded = replace(tr.accounted(view, change), guard=view.subscriptions_version)
     with pytest.raises(BadVersionError):
-        store.streams.commit_stream("ns", "s", view.version, tr.accounted(view, change))
+        store.streams.commit_stream("ns", "s", view.version, guarded)
     fresh = store.streams.read_stream("ns", "s")
     assert tr.retention(fresh, 10**9, 0, None, subs.protect_point(fresh)) is None   # now nothing may go
 
