@@ -67,3 +67,11 @@ def test_a_namespace_admits_its_admins_producers_and_consumers_and_its_ledgers_l
         "super": P.ALL, "boss": P.READ | P.WRITE | P.ADMIN, "billing": P.READ | P.WRITE, "audit": P.READ}
     assert perms(p.acl_for(path, ledger(owner="alice"))) == {"super": P.ALL, "alice": P.READ | P.WRITE}
     assert perms(p.acl_for(path, ledger(owner="nobody-registered"))) == {"super": P.ALL}
+
+
+def test_consumers_keep_their_streams_subscriptions_and_nothing_else_of_the_stream():
+    p = policy()
+    for path in (f"{ROOT}/streams/payments/orders/subscriptions", f"{ROOT}/streams/payments/orders/subscriptions/etl"):
+        got = perms(p.acl_for(path))
+        assert got["audit"] == P.ALL & ~P.ADMIN and got["billing"] == P.ALL & ~P.ADMIN, path
+    assert perms(p.acl_for(f"{ROOT}/streams/payments/orders"))["audit"] == P.READ
