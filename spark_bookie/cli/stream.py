@@ -84,11 +84,11 @@ SETTING_FLAGS = (  # (flag, setting, type, metavar, help): create-namespace and 
 NONE_WORD = "none"
 
 
-def _setting_value(kind: type) -> Callable[[str], object]:
-    """argparse type of a setting: its own type, or the word `none` (no limit; update-namespace)."""
+def _setting_value(kind: Callable[[str], Any]) -> Callable[[str], object]:
+    """argparse type of a setting: its own type (or parser), or the word `none` (no limit; update-namespace)."""
     def parse(text: str) -> object:
         return None if text.strip().lower() == NONE_WORD else kind(text)
-    parse.__name__ = kind.__name__
+    parse.__name__ = getattr(kind, "__name__", "value")
     return parse
 
 
