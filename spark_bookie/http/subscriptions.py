@@ -13,7 +13,9 @@ superusers, the tenant's admin roles and roles granted ``consume`` on the namesp
 consumers see their topic's subscriptions); managers: superusers and the tenant's admin roles
 (a reset or a delete changes what a consumer relies on). Errors: 404 for an unknown tenant,
 namespace, stream or subscription, 400 for a bad name, body or position (one past the stream's
-end included), 403 naming the refused role. Who asks is decided as in spark_bookie.http.tenants.
+end included), 403 naming the refused role. Who asks is decided as in spark_bookie.http.tenants;
+once allowed, the handler acts through the process's own client (``ctx.client()``): a backlog and
+a reset read the segment in progress from the bookies, which want the process's token.
 """
 
 from __future__ import annotations
@@ -52,7 +54,10 @@ def _stream(ctx: AdminContext, req: Request, what: str, consumers: bool) -> tupl
         why = _consumer_refusal(ctx, caller, ns_name, tenant, why)  # type: ignore[arg-type]
     if why is not None:
         raise ApiError(403, why)
-    ns: Namespace = _acting(lambda: client.namespace(ns_name))
+    # The backlog and a position's mark read the segment in progress from bookies, which take the
+    # process's own token (its client's); the caller was checked above.
+    acting = ctx.client()
+    ns: Namespace = _acting(lambda: acting.namespace(ns_name))
     if ns.tenant != tenant:
         raise ApiError(404, f"namespace {ns_name!r} is not in tenant {tenant!r}")
     if not _acting(lambda: ns.stream_exists(stream)):
