@@ -32,7 +32,11 @@ def rec(i: int) -> bytes:
 
 def write(ns, stream: str, n: int, start: int = 0) -> list[DLSN]:
     with ns.open_writer(stream) as w:
-        futs = [w.write_async(rec(i)) for i in range(start, start + n)]
+        futs = []
+        for i in range(start, start + n):
+            futs.append(w.write_async(rec(i)))
+            if i % 10 == 9:
+                w.flush()     # entries all acknowledged: the writer may roll
         w.flush()
         return [f.result(30) for f in futs]
 
