@@ -260,3 +260,29 @@ async def _async_surface(sb, dlsns: list[DLSN]) -> None:
         assert (await ns.subscriptions("s"))["d"].backlog_records == 56
     finally:
         await c.close()
+
+
+def test_tiered_segments_count_by_position_and_stay_readable(sb, tmp_path):
+    from jobs.stream_tiering import TieringConfig, tier_streams
+
+    with client(sb) as c:
+        ns = c.create_namespace("tier", segment_rolling_bytes=2_000, retention_ms=0, retain_until_consumed=True,
+                                **ONE_BOOKIE)
+        ns.create_stream("s")
+        ns.open_reader("s", subscription="lag").close()
+        dlsns = write(ns, "s", 80)
+        before = ns.subscriptions("s")["lag"]
+        tier_streams(TieringConfig(sb.connect_string, str(tmp_path / "t"), "tier/s"), client=c)
+        info = ns.stream_info("s")
+        tiered = [s for s in info.segments if s.state == "tiered"]
+        assert tiered and all(s.ledger_id is None for s in tiered)
+        assert ns.subscriptions("s")["lag"].backlog_records == before.backlog_records == 80
+        inside = [d for d in dlsns if d.segment == tiered[0].sequence]
+        ns.commit_subscription("s", "lag", inside[len(inside) // 2])    # its mark read from Delta
+        lag = ns.subscriptions("s")["lag"]
+        assert lag.backlog_records == 80 - dlsns.index(inside[len(inside) // 2]) - 1
+        ns.apply_retention("s")                                          # waits for it
+        assert ns.stream_info("s").segments[0].sequence == tiered[0].sequence
+        with ns.open_reader("s", subscription="lag") as r:
+            got = drain(r, dlsns[-1])
+        assert [x.dlsn for x in got] == dlsns[dlsns.index(inside[len(inside) // 2]) + 1:]
