@@ -11,7 +11,7 @@ import pytest
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
-@pytest.mark.parametrize("which", ["bookie", "append", "stream"])
+@pytest.mark.parametrize("which", ["bookie", "append", "stream", "tenants"])
 def test_bench_quick_runs_and_writes_json(tmp_path, which):
     out = tmp_path / f"{which}.json"
     extra = ["--tenants"] if which == "append" else []   # append: also the tenant checks' cost, same run
@@ -25,9 +25,17 @@ def test_bench_quick_runs_and_writes_json(tmp_path, which):
         assert "bench bookie: metrics cost (5/5 steps" in r.stderr   # its progress, a line per step
     elif which == "stream":
         assert data["throughput"]["records_per_s"] > 0 and data["catch_up"]["records"] == data["throughput"]["records"]
+        sub = data["catch_up_subscribed"]   # a subscription's reader committing every 100 ms, same run
+        assert sub["records"] == data["throughput"]["records"] and sub["commits"] >= 1
+        assert "subscribed / plain = " in r.stdout
         lat = data["latency_at_1000"]
         assert 0 < lat["p50_ms"] <= lat["p99_ms"] and 0 <= lat["host_steal_share"] < 1
         assert data["host_round_trip"]["p50_ms"] > 0 and "Redis" in r.stdout
+    elif which == "tenants":   # fair share vs first come, and the host's floor, same run
+        assert set(data["modes"]) == {"fair", "fifo", "apart"} and "host floor: " in r.stdout
+        for m in data["modes"].values():
+            assert 0 < m["alone_p50_ms"] <= m["alone_p99_ms"] and m["a_records_per_s"] > 0
+        assert data["goals"]["p99_bound_ms"] >= 5.0
     else:
         assert data["E3Qw3Qa2"]["entries_per_s"] > 0 and "p99_ms" in data["E3Qw3Qa2_at_1000"]
         trip = data["host_round_trip"]  # the host's floor, measured in the same run
