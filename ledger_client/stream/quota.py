@@ -104,6 +104,9 @@ class NamespaceUsage:
     used_bytes: int
     quota_bytes: int | None
     streams: dict[str, StreamUsage] = field(default_factory=dict)
+    # The namespace's per-stream backlog quota when it refuses writes (DESIGN §4.11; None: none, or
+    # drop_oldest), read with the usage so that a writer applies a change within REFRESH_S.
+    backlog_quota_bytes: int | None = None
 
     @property
     def free_bytes(self) -> int | None:
@@ -131,7 +134,9 @@ def read_usage(store: MetadataStore, namespace: str) -> NamespaceUsage:
                 sealed, open_ = tr.on_bookies(view.ordered())
                 streams[name] = StreamUsage(sealed, open_, view.version)
         settings = NamespaceSettings.from_json(decode_settings(raw, f"namespace {namespace}"))
-    return NamespaceUsage(namespace, sum(s.total for s in streams.values()), settings.storage_quota_bytes, streams)
+    backlog = settings.backlog_quota_bytes if settings.backlog_quota_policy == "refuse_writes" else None
+    return NamespaceUsage(namespace, sum(s.total for s in streams.values()), settings.storage_quota_bytes, streams,
+                          backlog)
 
 
 def read_all_usage(store: MetadataStore) -> list[NamespaceUsage]:
@@ -277,6 +282,7 @@ class QuotaGate:
             self.published_at = now
         if usage is not None:
             self.quota = usage.quota_bytes
+            self.backlog_quota = usage.backlog_quota_bytes
             self.checking = self.quota is not None or self.backlog_quota is not None
             mine = usage.streams.get(stream)
             self.others = usage.used_bytes - (mine.total if mine is not None else 0)
@@ -342,7 +348,8 @@ class WriterQuota:
         except Exception:  # a bug must not leave the gate waiting for a sync forever
             log.exception("stream %s/%s: storage usage sync failed", self._ns.name, self._name)
             published, usage = False, None
-        backlog = read_backlog(self._ns, self._name) if self.gate.backlog_quota is not None else NOT_READ
+        limit = usage.backlog_quota_bytes if usage is not None else self.gate.backlog_quota
+        backlog = read_backlog(self._ns, self._name) if limit is not None else NOT_READ
         with self._mutex:
             self.gate.synced(plan, published, usage, self._name, time.monotonic(), backlog)
 

@@ -10,7 +10,7 @@ import random
 import pytest
 
 from ledger_client import errors
-from ledger_client.stream.quota import QuotaGate, SyncPlan, Verdict
+from ledger_client.stream.quota import NamespaceUsage, QuotaGate, SyncPlan, Verdict
 from ledger_client.stream.settings import NamespaceSettings
 from metadata import InvalidMetadataError
 from metadata.streams import SegmentEnd, SegmentMeta, SegmentState, StreamMeta, StreamView
@@ -121,6 +121,9 @@ def test_writer_gate_refuses_past_the_backlog_quota_and_rechecks():
     g.synced(SyncPlan(None, 0), True, None, "s", 11.0, None)            # the subscription is gone: no backlog
     assert g.check(10**6, 50, 11.1) is Verdict.ADMIT
     assert not QuotaGate(None, 0.0).checking
+    later = QuotaGate(None, 0.0)                                          # a quota set while a writer writes
+    later.synced(SyncPlan(None, 0), True, NamespaceUsage("ns", 0, None, {}, 500), "s", 1.0, 0)
+    assert later.checking and later.check(501, 0, 1.1) is Verdict.REFUSE
 
 
 def test_settings():
