@@ -58,9 +58,10 @@ class AsyncStreamReader:
     subscription = property(lambda self: self.sync.subscription)
 
     async def commit(self, dlsn: DLSN, *, sync: bool = False) -> None:
-        """The reader's ``commit``: batched, so it only waits for ZooKeeper with ``sync``."""
-        if sync:
-            await asyncio.to_thread(lambda: self.sync.commit(dlsn, sync=True))
+        """The reader's ``commit``: batched, so it waits for ZooKeeper only with ``sync`` (or to check
+        a position the reader has not read against the stream's end)."""
+        if sync or tuple(dlsn) >= tuple(self.sync.position):
+            await asyncio.to_thread(lambda: self.sync.commit(dlsn, sync=sync))
         else:
             self.sync.commit(dlsn)
 
