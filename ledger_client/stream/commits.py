@@ -9,8 +9,9 @@ once) and in ZooKeeper (the CAS of stream/subscriptions.py), so two readers of o
 committing in any order never move it back.
 
 A write that fails for a passing reason (ZooKeeper away) keeps its position pending for the next
-interval, and the futures of its commits wait for it; a subscription deleted under the reader
-fails them with NoSuchSubscriptionError, and every later commit raises it.
+interval, and the futures of its commits wait for it; a subscription (or its stream) deleted
+under the reader fails them with NoSuchSubscriptionError (NoSuchStreamError), and every later
+commit raises it.
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ class Committer:
         self._waiters: list[Future[None]] = []
         self._timer: threading.Timer | None = None
         self._written_at = -float("inf")       # monotonic time of the last write
-        self._error: errors.LedgerError | None = None
+        self._error: errors.LedgerError | None = None   # a commit can never succeed again
         self._closed = False
 
     @property
@@ -106,7 +107,7 @@ class Committer:
                 return
             try:
                 commit_position(self.ns, self.stream, self.name, pos, create=False)
-            except errors.NoSuchSubscriptionError as e:
+            except (errors.NoSuchSubscriptionError, errors.NoSuchStreamError, errors.NoSuchNamespaceError) as e:
                 with self._lock:
                     self._error = e
                 for f in waiters:
