@@ -49,7 +49,7 @@ class Committer:
         self._pending: Position | None = None
         self._waiters: list[Future[None]] = []
         self._timer: threading.Timer | None = None
-        self._written_at = -float("inf")       # monotonic time of the last write
+        self._written_at = time.monotonic()    # of the last write (opening may have created the subscription)
         self._error: errors.LedgerError | None = None   # a commit can never succeed again
         self._closed = False
 
