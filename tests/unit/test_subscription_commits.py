@@ -50,8 +50,8 @@ def test_at_most_one_write_per_interval_and_only_the_highest(recorder):
         c.commit((1, i, 0), FAR)
         c.commit((1, max(0, i - 5), 0), FAR)     # lower ones: ignored
         i += 1
-    c.close()                                   # writes the last one
-    starts = [t for t, _p in recorder.writes]
+    starts = [t for t, _p in list(recorder.writes)]
+    c.close()                                   # writes the last one, at once
     assert all(b - a >= 0.05 for a, b in zip(starts, starts[1:], strict=False)), starts
     assert len(recorder.writes) <= 0.3 / 0.05 + 2
     positions = [p for _t, p in recorder.writes]
