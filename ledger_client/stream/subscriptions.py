@@ -39,7 +39,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 UPDATE_TRIES_MAX = 20     # lost CASes in a row (racing commits of one subscription) before giving up
-START_OPTIONS = ("earliest", "latest")
+INFO_TRIES = 3            # reads of a stream whose segment in progress lost its ledger meanwhile
 
 
 @dataclass(frozen=True)
@@ -256,12 +256,19 @@ def delete(ns: Namespace, stream: str, name: str) -> None:
 
 
 def infos(ns: Namespace, stream: str) -> dict[str, SubscriptionInfo]:
-    """Every subscription with its exact backlog (the segment in progress read up to its LAC)."""
-    view = ns.view(stream)
-    if not view.subscriptions:
-        return {}
-    seg = view.in_progress
-    live = live_end(ns, stream, seg) if seg is not None else None
+    """Every subscription with its exact backlog (the segment in progress read up to its LAC; read
+    again when its ledger went meanwhile: an empty segment dropped by a writer's recovery)."""
+    for attempt in range(INFO_TRIES):
+        view = ns.view(stream)
+        if not view.subscriptions:
+            return {}
+        seg = view.in_progress
+        try:
+            live = live_end(ns, stream, seg) if seg is not None else None
+            break
+        except errors.NoSuchLedgerError:
+            if attempt + 1 == INFO_TRIES:
+                raise
     out = {}
     for name, (sub, _v) in sorted(view.subscriptions.items()):
         records, nbytes = subs.backlog(view, sub, live)
