@@ -244,6 +244,13 @@ def test_reset_delete_and_errors(sb):
             r.commit(first.dlsn, sync=True)
         r.close()
         assert sorted(ns.subscriptions("s")) == ["a"]
+        ns.open_reader("s", start="latest", subscription="late").close()
+        assert ns.subscriptions("s")["late"].backlog_records == 0
+        more = write(ns, "s", 5, start=60)
+        assert ns.subscriptions("s")["late"].backlog_records == 5
+        with ns.open_reader("s", subscription="late") as r:
+            assert [x.dlsn for x in drain(r, more[-1])] == more
+        ns.delete_subscription("s", "late")
         asyncio.run(_async_surface(sb, dlsns))
 
 
@@ -260,7 +267,7 @@ async def _async_surface(sb, dlsns: list[DLSN]) -> None:
         await ns.reset_subscription("s", "c", "latest")
         await ns.delete_subscription("s", "c")
         await ns.commit_subscription("s", "d", dlsns[3])
-        assert (await ns.subscriptions("s"))["d"].backlog_records == 56
+        assert (await ns.subscriptions("s"))["d"].backlog_records == 65 - 4
     finally:
         await c.close()
 
