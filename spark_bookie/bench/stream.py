@@ -6,9 +6,13 @@ Three bookie processes, one namespace E3/Qw3/Qa2, one writer. Measured in the sa
 (2) end-to-end latency at an offered 1,000 records/s: each record carries the monotonic time it
     was due (open loop: a late send counts), and a tailing reader in another process takes the
     difference when it gets it; beside Redis: XADD at the same rate, XREAD BLOCK in another process;
-(3) catch-up: a new reader reads the whole stream written in (1) from the start.
+(3) catch-up: a new reader reads the whole stream written in (1) from the start; beside it, a
+    reader of a new subscription (DESIGN §4.11) that commits after every batch it reads, with a
+    commit interval of 100 ms (at most one ZooKeeper write per 100 ms), the two alternating
+    (CATCH_UP_ROUNDS each, the best of each kind kept).
 Goals (issue 19): >= 200,000 records/s and >= 2x Redis; end to end p50 < 2 ms and p99 < 10 ms;
-catch-up >= 500,000 records/s. CLOCK_MONOTONIC is one clock for every process of the machine.
+catch-up >= 500,000 records/s; (issue 30) the subscription's reader within 10% of the plain one.
+CLOCK_MONOTONIC is one clock for every process of the machine.
 """
 
 from __future__ import annotations
@@ -34,6 +38,9 @@ GOAL_PEER_RATIO = 2.0
 GOAL_P50_MS = 2.0
 GOAL_P99_MS = 10.0
 GOAL_CATCH_UP_PER_S = 500_000
+GOAL_SUBSCRIBED_RATIO = 0.9      # a subscription's reader committing every 100 ms vs a plain reader
+COMMIT_INTERVAL_S = 0.1
+CATCH_UP_ROUNDS = 2
 RECORD_BYTES = 100
 _STAMP = struct.Struct("<q")   # the record's due time, monotonic ns, then padding
 
@@ -100,17 +107,47 @@ def throughput(ns: Any, stream: str, records: int) -> dict[str, float]:
             "mb_per_s": records * RECORD_BYTES / elapsed / 1e6, "client_cpu_us_per_record": cpu / records * 1e6}
 
 
-def catch_up(ns: Any, stream: str, records: int) -> dict[str, float]:
-    n = 0
+def catch_up(ns: Any, stream: str, records: int, subscription: str | None = None) -> dict[str, float]:
+    """Read ``records`` from the start (the open timed too: a subscription's is created there);
+    with ``subscription`` (a new one), commit the last record of every batch read (commit_async:
+    the reader never waits for ZooKeeper), written at most every COMMIT_INTERVAL_S; the last one
+    is written after the clock stops, as a close would."""
+    n = commits = 0
     c0, t0 = cpu_seconds(), time.perf_counter()
-    with ns.open_reader(stream) as r:
+    extra = {} if subscription is None else {"subscription": subscription,
+                                              "commit_interval_ms": int(COMMIT_INTERVAL_S * 1000)}
+    with ns.open_reader(stream, **extra) as r:
         while n < records:
             got = r.read_batch(100_000, 5_000)
             if not got:
                 raise RuntimeError(f"the catch-up reader stopped at {n} of {records} records")
             n += len(got)
-    elapsed, cpu = time.perf_counter() - t0, cpu_seconds() - c0
-    return {"records": n, "seconds": elapsed, "records_per_s": n / elapsed, "client_cpu_us_per_record": cpu / n * 1e6}
+            if subscription is not None:
+                r.commit_async(got[-1].dlsn)
+                commits += 1
+        elapsed, cpu = time.perf_counter() - t0, cpu_seconds() - c0   # the last write (below) is the close's
+        if subscription is not None:
+            r.commit(got[-1].dlsn, sync=True)
+    out = {"records": n, "seconds": elapsed, "records_per_s": n / elapsed, "client_cpu_us_per_record": cpu / n * 1e6}
+    if subscription is not None:
+        out["commits"] = commits
+        if ns.subscriptions(stream)[subscription].position != got[-1].dlsn:
+            raise RuntimeError(f"subscription {subscription} did not end at the last record read")
+    return out
+
+
+def catch_up_pair(ns: Any, stream: str, records: int) -> tuple[dict[str, float], dict[str, float]]:
+    """Plain and subscribed catch-up readers, alternating; the best run of each."""
+    plain: list[dict[str, float]] = []
+    subscribed: list[dict[str, float]] = []
+    for i in range(CATCH_UP_ROUNDS):
+        plain.append(catch_up(ns, stream, records))
+        subscribed.append(catch_up(ns, stream, records, subscription=f"bench-{i}"))
+        ns.delete_subscription(stream, f"bench-{i}")
+
+    def best(runs: list[dict[str, float]]) -> dict[str, float]:
+        return {**max(runs, key=lambda r: r["records_per_s"]), "runs": len(runs)}
+    return best(plain), best(subscribed)
 
 
 def _start_reader(argv: list[str]) -> subprocess.Popen[str]:
@@ -224,7 +261,7 @@ def bench_stream(args: argparse.Namespace) -> int:
                 progress.step("latency")
                 res["throughput"] = throughput(ns, "throughput", records)
                 progress.step("throughput")
-                res["catch_up"] = catch_up(ns, "throughput", records)
+                res["catch_up"], res["catch_up_subscribed"] = catch_up_pair(ns, "throughput", records)
                 progress.step("catch-up")
         res["peer_redis"] = redis_peer(root / "redis", 3.0 if args.quick else 10.0, args.redis_clients, 1000.0,
                                        seconds)
@@ -254,6 +291,11 @@ def _report(res: dict[str, Any]) -> None:
           f"({lat['records']} records)")
     print(f"catch-up read of {cu['records']:,} records from the start: {cu['records_per_s']:>10,.0f} records/s "
           f"(client CPU {cu['client_cpu_us_per_record']:.2f} us/record)")
+    sub = res["catch_up_subscribed"]
+    ratio = sub["records_per_s"] / cu["records_per_s"]
+    print(f"the same with a subscription committing every {COMMIT_INTERVAL_S * 1000:.0f} ms: "
+          f"{sub['records_per_s']:>10,.0f} records/s ({sub['commits']} commit calls; subscribed / plain = {ratio:.2f}; "
+          f"best of {sub['runs']} alternating runs each)")
     h, d = res["host_round_trip"], res["host_fdatasync"]
     print(f"host: one byte to another process and back at 1,000/s: p50 {h['p50_ms']:.2f} ms  p99 {h['p99_ms']:.2f} ms; "
           f"{RECORD_BYTES} bytes fdatasynced at 1,000/s: p50 {d['p50_ms']:.2f} ms  p99 {d['p99_ms']:.2f} ms; "
@@ -267,6 +309,7 @@ def _report(res: dict[str, Any]) -> None:
         f"end to end p50 < {GOAL_P50_MS} ms and p99 < {GOAL_P99_MS} ms at 1,000/s":
             lat["p50_ms"] < GOAL_P50_MS and lat["p99_ms"] < GOAL_P99_MS,
         f"catch-up >= {GOAL_CATCH_UP_PER_S:,} records/s": cu["records_per_s"] >= GOAL_CATCH_UP_PER_S,
+        f"subscribed catch-up >= {GOAL_SUBSCRIBED_RATIO:.0%} of plain": ratio >= GOAL_SUBSCRIBED_RATIO,
     }
     res["goals"] = goals
     for goal, ok in goals.items():
