@@ -2,7 +2,7 @@
 subscriptions (DESIGN §4.11) from the command line, registered by spark_bookie.cli.stream.
 
     spark-bookie stream subscriptions payments/orders [--json]     # position, backlog, last update
-    spark-bookie stream reset-subscription payments/orders billing 3/0/0   # admin role
+    spark-bookie stream reset-subscription payments/orders billing 3/0/0   # admin role; or earliest|latest
     spark-bookie stream delete-subscription payments/orders billing        # admin role
 
 A position is the last record the subscription consumed (its readers resume after it), written as
@@ -25,6 +25,8 @@ if TYPE_CHECKING:
     from ledger_client import LedgerClient, SubscriptionInfo
 
 # add_stream_parser's `command(name, func, help, admin)`; the NS/S argument type of stream commands
+RESET_WORDS = ("earliest", "latest")   # before the first record kept / at the last record written
+
 Command = Callable[[str, ShellFunc, str, AdminRule], argparse.ArgumentParser]
 StreamArg = Callable[[str], tuple[str, str]]
 
@@ -56,9 +58,12 @@ def cmd_reset_subscription(client: LedgerClient, args: argparse.Namespace) -> in
     from ledger_client import DLSN
 
     ns_name, stream = args.stream
-    point = DLSN.parse(args.dlsn)
-    client.namespace(ns_name).reset_subscription(stream, args.subscription, point)
-    print(f"subscription {args.subscription} of {ns_name}/{stream} reset to {point}")
+    word = args.dlsn.strip().lower()
+    point = word if word in RESET_WORDS else DLSN.parse(args.dlsn)
+    ns = client.namespace(ns_name)
+    ns.reset_subscription(stream, args.subscription, point)
+    where = ns.subscriptions(stream)[args.subscription].position if isinstance(point, str) else point
+    print(f"subscription {args.subscription} of {ns_name}/{stream} reset to {where}")
     return 0
 
 
@@ -77,7 +82,8 @@ def add_subscription_commands(command: Command, stream_arg: StreamArg) -> None:
                 "after it; backwards too)", True)
     c.add_argument("stream", type=stream_arg, metavar="NS/S")
     c.add_argument("subscription", metavar="NAME")
-    c.add_argument("dlsn", metavar="DLSN", help="the last record to count as consumed, segment/entry/slot")
+    c.add_argument("dlsn", metavar="DLSN|earliest|latest",
+                   help="the last record to count as consumed (segment/entry/slot), or earliest or latest")
     c = command("delete-subscription", cmd_delete_subscription, "delete a subscription (it no longer holds "
                 "back retention)", True)
     c.add_argument("stream", type=stream_arg, metavar="NS/S")

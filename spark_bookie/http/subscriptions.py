@@ -5,6 +5,7 @@ a topic of domain ``persistent``; the namespace must be the tenant's, 404 otherw
     GET    /admin/v2/persistent/{t}/{ns}/{s}/stats              {"subscriptions":    readers
               {name: {"msgBacklog", "backlogSize", "position", "updatedMs"}}}
     POST   .../{s}/subscription/{sub}/resetcursor {"position": "seg/entry/slot"}      managers
+              (or "earliest": before the first record kept, "latest": at the last one)
     DELETE .../{s}/subscription/{sub}                                              managers
 
 ``msgBacklog`` and ``backlogSize`` are Pulsar's names for the backlog in records and bytes;
@@ -108,6 +109,8 @@ def _position_body(raw: bytes) -> Any:
     text = body.get("position") if isinstance(body, dict) else None
     if not isinstance(text, str):
         raise bad_request('request body must be a JSON object {"position": "segment/entry/slot"}')
+    if text in ("earliest", "latest"):
+        return text
     try:
         return DLSN.parse(text)
     except lerr.IncorrectParameterError as e:

@@ -47,6 +47,9 @@ def test_cli_admin_api_and_gauge_agree_on_the_backlog(sb):
         assert shown.returncode == 0, shown.stderr
         billing = json.loads(shown.stdout)["subscriptions"]["billing"]
         assert billing["backlog_records"] == 20 and billing["position"] == str(dlsns[9])
+        moved = cli(sb, "reset-subscription", "ops/s", "billing", "earliest")
+        assert moved.returncode == 0 and "reset to 1/0/-1" in moved.stdout, moved.stdout + moved.stderr
+        assert ns.subscriptions("s")["billing"].backlog_records == 30
         moved = cli(sb, "reset-subscription", "ops/s", "billing", str(dlsns[4]))
         assert moved.returncode == 0, moved.stderr
         assert ns.subscriptions("s")["billing"].backlog_records == 25

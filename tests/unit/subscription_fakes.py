@@ -39,10 +39,12 @@ class FakeSubscriptions:
         def subscriptions(ns: Namespace, stream: str) -> dict[str, Info]:
             return dict(fake._of(ns, stream))
 
-        def reset_subscription(ns: Namespace, stream: str, name: str, dlsn: DLSN) -> None:
+        def reset_subscription(ns: Namespace, stream: str, name: str, dlsn: DLSN | str) -> None:
             subs = fake._of(ns, stream)
             if name not in subs:
                 raise errors.NoSuchSubscriptionError(f"subscription {name} of {ns.name}/{stream} does not exist")
+            if isinstance(dlsn, str):   # the client's words
+                dlsn = {"earliest": DLSN(1, 0, -1), "latest": END}[dlsn]
             if dlsn > END:
                 raise errors.PositionPastEndError(f"position {dlsn} is after the end of {ns.name}/{stream}")
             subs[name] = Info(name, dlsn, 1, 100, 2_000)

@@ -87,6 +87,8 @@ def test_managers_reset_and_delete(api):
     assert call("POST", reset, "acme-admin", {"position": "1/2/3"}) == (204, None)
     assert subs.data[("payments", "orders")]["billing"].position == (1, 2, 3)
     assert call("POST", f"{ORDERS}/subscription/audit/resetcursor", "root", {"position": "3/0/5"}) == (204, None)
+    assert call("POST", reset, "root", {"position": "earliest"}) == (204, None)
+    assert subs.data[("payments", "orders")]["billing"].position == (1, 0, -1)
     assert call("DELETE", f"{ORDERS}/subscription/audit", "acme-admin") == (204, None)
     assert call("GET", f"{ORDERS}/subscriptions", "root") == (200, ["billing"])
     status, err = call("DELETE", f"{ORDERS}/subscription/audit", "root")

@@ -71,6 +71,8 @@ def test_reset_and_delete(cli):
     code, out, _ = cli("reset-subscription", "pay/orders", "billing", "1/2/3")
     assert code == 0 and out.strip() == "subscription billing of pay/orders reset to 1/2/3"
     assert cli.subs.data[("pay", "orders")]["billing"].position == (1, 2, 3)
+    code, out, _ = cli("reset-subscription", "pay/orders", "audit", "Latest")
+    assert code == 0 and out.strip() == "subscription audit of pay/orders reset to 3/0/5"
     code, out, _ = cli("delete-subscription", "pay/orders", "audit")
     assert code == 0 and out.strip() == "deleted subscription audit of pay/orders"
     code, out, _ = cli("subscriptions", "pay/orders")
