@@ -61,6 +61,17 @@ class WriterProcess:
         self._reader.join(10)
 
 
+def writes(w, payload: bytes) -> bool:
+    """Whether the writer takes a record now (False: a quota refused it)."""
+    from ledger_client import errors
+
+    try:
+        w.write(payload)
+        return True
+    except errors.QuotaExceededError:
+        return False
+
+
 def payload(i: int) -> bytes:
     return b"rec-%08d" % i
 

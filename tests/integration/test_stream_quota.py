@@ -15,7 +15,7 @@ import pytest
 from bookie_helpers import module_cluster, wait_until
 from client_helpers import client
 from http_helpers import call_json, sample, scrape
-from stream_helpers import read_all
+from stream_helpers import read_all, writes
 
 from ledger_client import AsyncLedgerClient, errors
 from ledger_client.stream.quota import PUBLISH_MIN_S, REFUSED_REFRESH_S
@@ -45,15 +45,6 @@ def fill(w, stream: str, start: int = 0) -> list:
         except errors.QuotaExceededError:
             return dlsns
     raise AssertionError(f"{len(dlsns)} records written past a quota of {QUOTA} bytes")
-
-
-def writes(w, payload: bytes) -> bool:
-    """Whether the writer takes a record now (False: the quota refused it)."""
-    try:
-        w.write(payload)
-        return True
-    except errors.QuotaExceededError:
-        return False
 
 
 def test_fill_refuse_truncate_resume_and_usage_everywhere(sb):

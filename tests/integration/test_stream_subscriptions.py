@@ -15,6 +15,7 @@ import threading
 import pytest
 from bookie_helpers import module_cluster, wait_until
 from client_helpers import client
+from stream_helpers import writes
 
 from ledger_client import DLSN, AsyncLedgerClient, errors
 
@@ -160,7 +161,7 @@ def test_retention_waits_for_a_lagging_subscription_and_backlog_is_exact(sb):
         assert ns.apply_retention("s") >= 1 and "lag" not in ns.subscriptions("s")
 
 
-def test_backlog_quota_refuse_writes(sb):
+def test_backlog_quota_refusewrites(sb):
     with client(sb) as c:
         ns = c.create_namespace("refuse", segment_rolling_bytes=1_500, backlog_quota_bytes=3_000, **ONE_BOOKIE)
         ns.create_stream("s")
@@ -175,17 +176,9 @@ def test_backlog_quota_refuse_writes(sb):
         got = drain(r, written[-1])
         assert [x.payload for x in got] == [rec(i) for i in range(len(written))]   # nothing of the refused one
         r.commit(got[-1].dlsn, sync=True)                    # consumed: the writer resumes by itself
-        wait_until(lambda: _writes(w, rec(9_999)), 10, "the writer to resume")
+        wait_until(lambda: writes(w, rec(9_999)), 10, "the writer to resume")
         w.close()
         r.close()
-
-
-def _writes(w, payload: bytes) -> bool:
-    try:
-        w.write(payload)
-        return True
-    except errors.QuotaExceededError:
-        return False
 
 
 def test_backlog_quota_drop_oldest(sb):

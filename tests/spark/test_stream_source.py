@@ -12,6 +12,7 @@ from contextlib import contextmanager
 
 import pytest
 from chispa import assert_df_equality
+from hosting_helpers import wait_until
 from pyspark.sql import functions as F
 from pyspark.sql.types import BinaryType, IntegerType, LongType, StringType, StructField, StructType
 
@@ -194,14 +195,6 @@ def test_streaming_read_picks_up_new_streams_tiering_and_restarts(spark, cluster
         orders.close()
 
 
-def wait_for(cond, timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.2)
-
-
 def test_streaming_read_tails_a_live_writer_while_segments_are_tiered(spark, cluster_factory, tmp_path):
     sb = cluster_factory(3)
     zk, table, log = sb.connect_string, str(tmp_path / "tier"), Log()
@@ -221,9 +214,9 @@ def test_streaming_read_tails_a_live_writer_while_segments_are_tiered(spark, clu
                 log.write(w, "pay/live", range(r * 100, r * 100 + 100))
                 if r % 2:
                     tier_streams(TieringConfig(zk, table, "pay/live"))
-                wait_for(lambda b=before: seen() > b, 120, f"round {r} to be read")
+                wait_until(lambda b=before: seen() > b, 120, f"round {r} to be read")
             visible(c, pay, log, "live")
-            wait_for(lambda: seen() >= len(log.rows), 120, "every record to be read")
+            wait_until(lambda: seen() >= len(log.rows), 120, "every record to be read")
         finally:
             q.stop()
         assert {s.state for s in pay.stream_info("live").segments} >= {"tiered", "in_progress"}

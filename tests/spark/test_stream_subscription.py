@@ -6,9 +6,8 @@ the queries consumed."""
 
 from __future__ import annotations
 
-import time
-
 import pytest
+from hosting_helpers import wait_until
 
 from ledger_client import ClientConfig, LedgerClient
 
@@ -18,14 +17,6 @@ pytestmark = pytest.mark.spark
 def write(w, txids: range) -> list:
     futs = [w.write_async(f"record {t}".encode(), txid=t) for t in txids]
     return [f.result(30) for f in futs]
-
-
-def wait_for(cond, timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.2)
 
 
 def start_query(spark, zk: str, out: str, ck: str, **trigger):
@@ -42,7 +33,7 @@ def test_queries_commit_their_subscription_and_a_reader_resumes_after_it(spark, 
         pay = c.create_namespace("pay", segment_rolling_bytes=3_000, output_buffer_bytes=500)
         w = pay.open_writer("orders")
         first = write(w, range(200))
-        wait_for(lambda: pay.stream_info("orders").last_dlsn == first[-1], 30, "the last record to be visible")
+        wait_until(lambda: pay.stream_info("orders").last_dlsn == first[-1], 30, "the last record to be visible")
 
         def caught_up(last) -> bool:
             s = pay.subscriptions("orders").get("etl")
@@ -55,7 +46,7 @@ def test_queries_commit_their_subscription_and_a_reader_resumes_after_it(spark, 
         more = write(w, range(200, 300))     # a running query from the same checkpoint reads only these
         q = start_query(spark, zk, out, ck, processingTime="1 second")
         try:
-            wait_for(lambda: caught_up(more[-1]), 120, "the running query's subscription to catch up")
+            wait_until(lambda: caught_up(more[-1]), 120, "the running query's subscription to catch up")
         finally:
             q.stop()
         assert spark.read.parquet(out).count() == 300
