@@ -47,6 +47,11 @@ def written(body: bytes, digest_bytes: int) -> tuple[int, int]:
     return records_bytes, count
 
 
+def _flow(ledger_id: int, facts: LedgerFacts | None) -> Hashable:
+    """A ledger's flow: its namespace, else the ledger itself (outside any, or not known yet)."""
+    return facts.namespace if facts is not None and facts.namespace else ("ledger", ledger_id)
+
+
 class Piece(NamedTuple):
     """Part of an add batch, applied once ``hold_s`` (from when the batch was assessed) is over."""
 
@@ -73,8 +78,7 @@ class Admission:
 
     def flow_of(self, ledger_id: int) -> Hashable:
         """The ledger's flow as far as known now (its namespace, else itself)."""
-        facts = None if self.view is None else self.view.peek_ledger(ledger_id)
-        return facts.namespace if facts is not None and facts.namespace else ("ledger", ledger_id)
+        return _flow(ledger_id, None if self.view is None else self.view.peek_ledger(ledger_id))
 
     def assess(self, groups: Sequence[AddGroup]) -> tuple[Hashable, list[Piece]]:
         """(the batch's flow, its pieces): each piece is applied once its hold (seconds from now)
@@ -86,7 +90,7 @@ class Admission:
             return None, []
         view = self.view
         if view is None:
-            return ("ledger", groups[0].ledger_id), [Piece(list(groups), 0.0)]
+            return _flow(groups[0].ledger_id, None), [Piece(list(groups), 0.0)]
         flow: Hashable = None
         free: list[AddGroup] = []
         held: list[Piece] = []
@@ -94,7 +98,7 @@ class Admission:
             facts = view.peek_ledger(g.ledger_id)
             ns = facts.namespace if facts is not None else ""
             if flow is None:
-                flow = ns or ("ledger", g.ledger_id)
+                flow = _flow(g.ledger_id, facts)
             limits = view.peek_limits(ns) if facts is not None and ns else NO_LIMITS
             # (a malformed group goes through unheld: process_adds answers each of its adds why)
             if facts is None or limits.unlimited or not len(g.entry_ids) == len(g.request_ids) == len(g.bodies):
