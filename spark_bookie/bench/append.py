@@ -87,7 +87,7 @@ def bench_append(args: argparse.Namespace) -> int:
     from spark_bookie.local.sandbox import Sandbox
 
     entries = 20_000 if args.quick else args.entries
-    seconds = 3.0 if args.quick else args.seconds_at_rate
+    seconds = 1.0 if args.quick else args.seconds_at_rate
     root = Path(tempfile.mkdtemp(prefix="bench-append-"))
     res: dict[str, Any] = {"entries": entries, "entry_bytes": args.entry_bytes}
     progress = StepProgress("bench append", ("latency", "throughput", "metrics cost", *(("secured",) * args.tls),
@@ -96,9 +96,9 @@ def bench_append(args: argparse.Namespace) -> int:
         with LedgerClient(sb.connect_string, config=ClientConfig()) as client:
             pids = [b.proc.pid for b in sb.bookies if b.proc is not None]
             _throughput(client, (3, 3, 2), min(entries, 5_000), args.entry_bytes, pids)  # warm-up
-            trips = round_trips(1000.0, 1.0 if args.quick else 3.0)
+            trips = round_trips(1000.0, 0.5 if args.quick else 3.0)
             res["host_round_trip"] = {"p50_ms": pct(trips, 50), "p99_ms": pct(trips, 99)}
-            syncs = fdatasyncs(root, 1000.0, 1.0 if args.quick else 3.0, args.entry_bytes)
+            syncs = fdatasyncs(root, 1000.0, 0.5 if args.quick else 3.0, args.entry_bytes)
             res["host_fdatasync"] = {"p50_ms": pct(syncs, 50), "p99_ms": pct(syncs, 99)}
             # Latency at 1,000/s first: right after a saturated run the bookies are still writing
             # its entries from their write caches to the entry logs (checkpoint fsyncs on the same
@@ -124,7 +124,7 @@ def bench_append(args: argparse.Namespace) -> int:
         res["tenants_cost"] = tenants_cost(root / "tenants", entries, seconds, args.entry_bytes,
                                            rounds=2 if args.quick else 4)
         progress.step("tenants cost")
-    res["peer_redis"] = redis_peer(root / "redis", 5.0 if args.quick else 10.0, args.entry_bytes)
+    res["peer_redis"] = redis_peer(root / "redis", 1.0 if args.quick else 10.0, args.entry_bytes)
     progress.step("redis")
     progress.close()
     shutil.rmtree(root, ignore_errors=True)

@@ -197,7 +197,7 @@ def bench_bookie(args: argparse.Namespace) -> int:
                                           ledger_id=8)
         for rate in (1_000, 10_000):
             res[f"bookie_adds_at_{rate}"] = durable_adds(
-                bookie.bookie_id, rate * (2 if args.quick else 5), args.entry_bytes, args.window,
+                bookie.bookie_id, rate * (1 if args.quick else 5), args.entry_bytes, args.window,
                 rate_per_s=rate, ledger_id=9 + rate)
     finally:
         sb.stop()

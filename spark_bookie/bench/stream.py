@@ -242,7 +242,7 @@ def bench_stream(args: argparse.Namespace) -> int:
     from spark_bookie.local.sandbox import Sandbox
 
     records = 50_000 if args.quick else args.records
-    seconds = 3.0 if args.quick else args.seconds_at_rate
+    seconds = 1.0 if args.quick else args.seconds_at_rate
     root = Path(tempfile.mkdtemp(prefix="bench-stream-"))
     res: dict[str, Any] = {"record_bytes": RECORD_BYTES, "load_average_at_start": os.getloadavg()}
     progress = StepProgress("bench stream", ("warm-up", "host floors", "latency", "throughput", "catch-up", "redis"))
@@ -252,9 +252,9 @@ def bench_stream(args: argparse.Namespace) -> int:
                 ns = client.create_namespace("bench", ensemble_size=3, write_quorum_size=3, ack_quorum_size=2)
                 throughput(ns, "warm-up", min(records, 20_000))
                 progress.step("warm-up")
-                trips = round_trips(1000.0, 1.0 if args.quick else 3.0)
+                trips = round_trips(1000.0, 0.5 if args.quick else 3.0)
                 res["host_round_trip"] = {"p50_ms": pct(trips, 50), "p99_ms": pct(trips, 99)}
-                syncs = fdatasyncs(root, 1000.0, 1.0 if args.quick else 3.0, RECORD_BYTES)
+                syncs = fdatasyncs(root, 1000.0, 0.5 if args.quick else 3.0, RECORD_BYTES)
                 res["host_fdatasync"] = {"p50_ms": pct(syncs, 50), "p99_ms": pct(syncs, 99)}
                 progress.step("host floors")
                 res["latency_at_1000"] = latency(sb.connect_string, ns, "latency", 1000.0, seconds)
@@ -263,7 +263,7 @@ def bench_stream(args: argparse.Namespace) -> int:
                 progress.step("throughput")
                 res["catch_up"], res["catch_up_subscribed"] = catch_up_pair(ns, "throughput", records)
                 progress.step("catch-up")
-        res["peer_redis"] = redis_peer(root / "redis", 3.0 if args.quick else 10.0, args.redis_clients, 1000.0,
+        res["peer_redis"] = redis_peer(root / "redis", 1.0 if args.quick else 10.0, args.redis_clients, 1000.0,
                                        seconds)
         progress.step("redis")
     finally:

@@ -171,7 +171,7 @@ def _cluster(stack: ExitStack, root: Path, mode: str) -> tuple[str, Any]:
 
 
 def bench_tenants(args: argparse.Namespace) -> int:
-    seconds = 2.0 if args.quick else args.seconds
+    seconds = 1.0 if args.quick else args.seconds
     rounds = 1 if args.quick else args.rounds
     root = Path(tempfile.mkdtemp(prefix="bench-tenants-"))
     res: dict[str, Any] = {"record_bytes": RECORD_BYTES, "flood": args.flood,
@@ -183,8 +183,8 @@ def bench_tenants(args: argparse.Namespace) -> int:
         with ExitStack() as stack:
             clusters = {mode: _cluster(stack, root, mode) for mode in MODES}
             progress.step("clusters")
-            trips = round_trips(1000.0, 1.0 if args.quick else 3.0)
-            syncs = fdatasyncs(root, 1000.0, 1.0 if args.quick else 3.0, RECORD_BYTES)
+            trips = round_trips(1000.0, 0.5 if args.quick else 3.0)
+            syncs = fdatasyncs(root, 1000.0, 0.5 if args.quick else 3.0, RECORD_BYTES)
             res["host_round_trip"] = {"p50_ms": pct(trips, 50), "p99_ms": pct(trips, 99)}
             res["host_fdatasync"] = {"p50_ms": pct(syncs, 50), "p99_ms": pct(syncs, 99)}
             progress.step("host floors")
