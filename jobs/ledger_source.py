@@ -28,7 +28,7 @@ from pyspark.sql.types import StructType
 from ledger_client.errors import IncorrectParameterError
 
 from .ledger_read import LedgerPushdownReader, LedgerReader
-from .options import SourceOptions, StreamSourceOptions, reads_streams
+from .options import SourceOptions, StreamSourceOptions, reads_streams, writes_per_row
 from .pyspark_compat import pushdown_refused
 
 
@@ -73,13 +73,22 @@ class LedgerDataSource(DataSource):
         return LedgerStreamReader(self.opts, schema)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
-        """``df.write.format("ledger").option("stream", "ns/s")``: exactly once (jobs/stream_sink.py)."""
+        """``df.write.format("ledger").option("stream", "ns/s")``: exactly once (jobs/stream_sink.py);
+        without option stream, into the stream each row names (jobs/stream_fanout.py)."""
+        if writes_per_row(self.options, schema):
+            from .stream_fanout import FanoutWriter
+
+            return FanoutWriter.build(self.options, schema, overwrite)
         from .stream_sink import StreamSinkWriter
 
         return StreamSinkWriter.build(self.options, schema, overwrite)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
         """``df.writeStream.format("ledger").option("stream", "ns/s")``: each micro-batch exactly once."""
+        if writes_per_row(self.options, schema):
+            from .stream_fanout import FanoutStreamWriter
+
+            return FanoutStreamWriter.build(self.options, schema, overwrite)
         from .stream_sink import StreamSinkStreamWriter
 
         return StreamSinkStreamWriter.build(self.options, schema, overwrite)

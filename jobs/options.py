@@ -318,19 +318,85 @@ class SinkOptions:
         ns, _, stream = target.partition("/")
         if not ns or not stream or "/" in stream:
             raise IncorrectParameterError(f"option stream must be NAMESPACE/STREAM, not {target!r}")
-        fields = {f.name.lower(): f for f in schema.fields}
-        payload = fields.get("payload")
-        if payload is None or not isinstance(payload.dataType, BinaryType | StringType):
-            raise IncorrectParameterError("the ledger sink writes a `payload` column of type binary or string; "
-                                          f"got columns {[f'{f.name} {f.dataType.simpleString()}' for f in schema]}")
-        txid = fields.get("txid")
-        if txid is not None and not isinstance(txid.dataType, IntegralType):
-            raise IncorrectParameterError(f"the txid column must be an integer, not {txid.dataType.simpleString()}")
-        write_id = o.get("write_id")
-        if write_id is not None and not write_id.replace("-", "").replace("_", "").replace(".", "").isalnum():
-            raise IncorrectParameterError(f"option write_id must be [A-Za-z0-9._-]+, not {write_id!r}")
-        return SinkOptions(zk, ns, stream, txid is not None, isinstance(payload.dataType, StringType),
+        has_txid, is_string = sink_columns(schema)
+        return SinkOptions(zk, ns, stream, has_txid, is_string,
                            lock_timeout_ms=int_option(o, "lock_timeout_ms", 30_000, 0),
                            orphan_grace_ms=int_option(o, "orphan_grace_ms", 3_600_000, 0),
                            orphan_sweep_every_batches=int_option(o, "orphan_sweep_every_batches", 100, 1),
-                           write_id=write_id, client_conf=client_conf_path(o.get("client_conf"), env))
+                           write_id=write_id_option(o), client_conf=client_conf_path(o.get("client_conf"), env))
+
+
+def sink_columns(schema: StructType) -> tuple[bool, bool]:
+    """(whether a txid column comes, whether the payload is a string) of a sink's input."""
+    fields = {f.name.lower(): f for f in schema.fields}
+    payload = fields.get("payload")
+    if payload is None or not isinstance(payload.dataType, BinaryType | StringType):
+        raise IncorrectParameterError("the ledger sink writes a `payload` column of type binary or string; "
+                                      f"got columns {[f'{f.name} {f.dataType.simpleString()}' for f in schema]}")
+    txid = fields.get("txid")
+    if txid is not None and not isinstance(txid.dataType, IntegralType):
+        raise IncorrectParameterError(f"the txid column must be an integer, not {txid.dataType.simpleString()}")
+    return txid is not None, isinstance(payload.dataType, StringType)
+
+
+def write_id_option(o: Mapping[str, str]) -> str | None:
+    write_id = o.get("write_id")
+    if write_id is not None and not write_id.replace("-", "").replace("_", "").replace(".", "").isalnum():
+        raise IncorrectParameterError(f"option write_id must be [A-Za-z0-9._-]+, not {write_id!r}")
+    return write_id
+
+
+def writes_per_row(options: Mapping[str, str], schema: StructType) -> bool:
+    """A write without option ``stream`` whose rows name their stream (a ``stream`` column), as
+    Kafka's sink takes a ``topic`` column: jobs/stream_fanout.py."""
+    return "stream" not in lowered(options) and any(f.name.lower() == "stream" for f in schema.fields)
+
+
+SOURCE_POSITION_COLUMNS = ("segment", "entry_id", "slot")
+
+
+@dataclass(frozen=True)
+class FanoutOptions:
+    """Validated options of a write whose rows name their stream ("ns/name" in column ``stream``).
+    With the columns ``segment``, ``entry_id`` and ``slot`` (what the stream source reads), the
+    rows are copies of a source stream's records at those positions: each segment written keeps
+    the range it copies, and linking never takes a source record twice (the replicator, §4.12).
+    ``source_zk`` (and ``source_client_conf``): a target namespace that does not exist is made
+    with that cluster's settings of the same namespace."""
+
+    zk: str
+    has_txid: bool
+    payload_is_string: bool
+    copies_positions: bool
+    lock_timeout_ms: int = 30_000
+    orphan_grace_ms: int = 3_600_000
+    orphan_sweep_every_batches: int = 100
+    write_id: str | None = None
+    client_conf: str | None = None
+    source_zk: str | None = None
+    source_client_conf: str | None = None
+
+    @staticmethod
+    def parse(options: Mapping[str, str], schema: StructType, env: Mapping[str, str] | None = None) -> FanoutOptions:
+        env = os.environ if env is None else env
+        o = {k: str(v) for k, v in lowered(options).items()}
+        zk = zk_option(o, env, f"the ledger sink needs option zk (or ${ZK_ENV})")
+        has_txid, is_string = sink_columns(schema)
+        fields = {f.name.lower(): f for f in schema.fields}
+        if not isinstance(fields["stream"].dataType, StringType):
+            raise IncorrectParameterError("the stream column must be a string (NAMESPACE/STREAM), "
+                                          f"not {fields['stream'].dataType.simpleString()}")
+        have = [c for c in SOURCE_POSITION_COLUMNS if c in fields]
+        if have and len(have) < len(SOURCE_POSITION_COLUMNS):
+            raise IncorrectParameterError(f"source positions need all of {list(SOURCE_POSITION_COLUMNS)}, "
+                                          f"not only {have}")
+        if have and not all(isinstance(fields[c].dataType, IntegralType) for c in have):
+            raise IncorrectParameterError(f"columns {have} must be integers")
+        source_zk = (o.get("source_zk") or "").strip() or None
+        source_conf = client_conf_path(o.get("source_client_conf"), {}) if source_zk else None
+        return FanoutOptions(zk, has_txid, is_string, bool(have),
+                             lock_timeout_ms=int_option(o, "lock_timeout_ms", 30_000, 0),
+                             orphan_grace_ms=int_option(o, "orphan_grace_ms", 3_600_000, 0),
+                             orphan_sweep_every_batches=int_option(o, "orphan_sweep_every_batches", 100, 1),
+                             write_id=write_id_option(o), client_conf=client_conf_path(o.get("client_conf"), env),
+                             source_zk=source_zk, source_client_conf=source_conf)

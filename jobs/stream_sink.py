@@ -73,7 +73,7 @@ def write_task(opts: SinkOptions, batch: SparkBatch | None, batches: Iterator[pa
     ctx = TaskContext.get()
     partition = ctx.partitionId() if ctx is not None else 0
     if batch is None:  # streaming: the query and micro-batch come with the task
-        batch = _streaming_batch(ctx)
+        batch = streaming_batch(ctx)
     client = connect(opts)
     try:
         ns = client.namespace(opts.namespace)
@@ -91,7 +91,7 @@ def write_task(opts: SinkOptions, batch: SparkBatch | None, batches: Iterator[pa
         client.close()
 
 
-def _streaming_batch(ctx: Any) -> SparkBatch:
+def streaming_batch(ctx: Any) -> SparkBatch:
     query = ctx.getLocalProperty(QUERY_ID_PROPERTY) if ctx is not None else None
     batch_id = ctx.getLocalProperty(BATCH_ID_PROPERTY) if ctx is not None else None
     if not query or batch_id is None:
@@ -132,7 +132,7 @@ def commit_batch(opts: SinkOptions, batch: SparkBatch, messages: Sequence[Writer
                                                    owner_name(f"{batch.key}#{batch.batch_id}"))
         if tasks and not linked:
             log.info("ledger sink: %s#%d was committed before: nothing added", batch.key, batch.batch_id)
-            _delete_unlinked(client, ns, opts.stream, [t.ledger_id for t in tasks])
+            delete_unlinked(client, ns, opts.stream, [t.ledger_id for t in tasks])
         if sweep or (tasks and not linked):
             collect_orphans(client, ns, opts.stream, opts.orphan_grace_ms, batch)
     return linked
@@ -144,10 +144,10 @@ def abort_batch(opts: SinkOptions, messages: Sequence[WriterCommitMessage | None
     if not lids:
         return
     with connect(opts) as client:
-        _delete_unlinked(client, client.namespace(opts.namespace), opts.stream, lids)
+        delete_unlinked(client, client.namespace(opts.namespace), opts.stream, lids)
 
 
-def _delete_unlinked(client: LedgerClient, ns: Any, stream: str, lids: list[int]) -> None:
+def delete_unlinked(client: LedgerClient, ns: Any, stream: str, lids: list[int]) -> None:
     from ledger_client import errors
     from metadata.streams.linking import linked_ledgers
 

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 
 from metadata import InvalidMetadataError
 from metadata.streams import Change, StreamView, linking
+from metadata.streams.model import Position
 
 from .. import errors
 from ..metadata_errors import metadata_errors
@@ -71,6 +72,15 @@ class TaskLedgerWriter:
         self._last_txid: int | None = None
         self._in_flight: deque[Future[int]] = deque()
         self._last_slot = -1
+        self._source: tuple[Position, Position] | None = None   # a replica's: first and last source position
+
+    def copying(self, first: Position, last: Position) -> None:
+        """The records added so far and next copy a source stream's records ``first``..``last``
+        (a replicator's task: jobs/stream_fanout.py); linking keeps the range with the segment."""
+        if self._source is not None and first <= self._source[1]:
+            raise errors.IncorrectParameterError(f"source positions {first} follow {self._source[1]}: a replica "
+                                                 "copies its source in order")
+        self._source = (self._source[0] if self._source else first, last)
 
     def add(self, payload: bytes, txid: int | None = None) -> None:
         if len(payload) > self._record_max:
@@ -137,7 +147,7 @@ class TaskLedgerWriter:
         self._in_flight.clear()
         h.close()
         return linking.TaskLedger(self.partition, h.ledger_id, self._records, h.last_add_confirmed,
-                                  self._last_slot, h.length, self._first_txid, self._last_txid)
+                                  self._last_slot, h.length, self._first_txid, self._last_txid, self._source)
 
     def discard(self) -> None:
         """The task failed: its ledger goes (best effort; orphan collection catches the rest)."""

@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from metadata.errors import InvalidMetadataError
-from metadata.streams.model import SegmentMeta, SegmentState, StreamMeta
+from metadata.streams.model import Position, SegmentMeta, SegmentState, StreamMeta
 from metadata.streams.transitions import Change, StreamView
 
 BATCH_WRITES_KEPT = 1_000
@@ -74,6 +74,7 @@ class TaskLedger:
     nbytes: int
     first_txid: int | None = None
     last_txid: int | None = None
+    source: tuple[Position, Position] | None = None   # a replica's: the source positions it copies
 
     def check(self) -> None:
         where = f"task ledger {self.ledger_id} (partition {self.partition})"
@@ -84,6 +85,8 @@ class TaskLedger:
             raise InvalidMetadataError(f"{where}: first and last txid must both be given or both be None")
         if self.first_txid is not None and self.last_txid is not None and self.last_txid < self.first_txid:
             raise TxidOrderError(f"{where}: last txid {self.last_txid} is below its first {self.first_txid}")
+        if self.source is not None and not self.source[0] <= self.source[1]:
+            raise InvalidMetadataError(f"{where}: source range {self.source} runs backwards")
 
 
 def already_linked(meta: StreamMeta, batch: SparkBatch) -> bool:
@@ -101,7 +104,7 @@ def link_batch(view: StreamView, batch: SparkBatch, tasks: Sequence[TaskLedger],
         raise InvalidMetadataError("the stream has ended")
     if view.in_progress is not None:
         raise InvalidMetadataError(f"segment {view.in_progress.sequence} is in progress: recover it before linking")
-    ordered = _checked(view, tasks)
+    ordered = _new_copies(view, _checked(view, tasks))
     seq, last_txid = meta.next_sequence, meta.max_txid
     created: list[SegmentMeta] = []
     for t in ordered:
@@ -114,7 +117,8 @@ def link_batch(view: StreamView, batch: SparkBatch, tasks: Sequence[TaskLedger],
                                      f"{last_txid}")
         created.append(SegmentMeta(seq, t.ledger_id, SegmentState.SEALED, first, last_txid=last,
                                    last_entry_id=t.last_entry_id, last_slot=t.last_slot,
-                                   record_count=t.record_count, bytes=t.nbytes, ctime_ms=now_ms, sealed_ms=now_ms))
+                                   record_count=t.record_count, bytes=t.nbytes, ctime_ms=now_ms, sealed_ms=now_ms,
+                                   source=t.source))
         seq, last_txid = seq + 1, last
     new_meta = replace(meta, next_sequence=seq, max_txid=last_txid,
                        spark_batches=_recorded(meta.spark_batches, batch))
@@ -135,6 +139,32 @@ def _checked(view: StreamView, tasks: Sequence[TaskLedger]) -> list[TaskLedger]:
     return ordered
 
 
+def replicated_through(view: StreamView) -> Position | None:
+    """A replica's last source position linked so far (None: it copies nothing yet)."""
+    ends = [s.source[1] for s in view.ordered() if s.source is not None]
+    return max(ends) if ends else None
+
+
+def _new_copies(view: StreamView, ordered: list[TaskLedger]) -> list[TaskLedger]:
+    """A replica is a prefix of its source (invariant 13): a task copying source records the
+    stream already holds is left out (a replicator restarted without its checkpoint, a second
+    one on the same target); one that overlaps them only in part is refused."""
+    through = replicated_through(view)
+    kept: list[TaskLedger] = []
+    for t in ordered:
+        if t.source is None:
+            kept.append(t)
+            continue
+        if through is not None and t.source[1] <= through:
+            continue
+        if through is not None and t.source[0] <= through:
+            raise InvalidMetadataError(f"task ledger {t.ledger_id} copies source records {t.source} of which the "
+                                       f"stream holds those up to {through}: a replica cannot take part of them twice")
+        kept.append(t)
+        through = t.source[1]
+    return kept
+
+
 def _recorded(batches: dict[str, int], batch: SparkBatch) -> dict[str, int]:
     out = {**batches, batch.key: batch.batch_id}
     writes = sorted(k for k in out if k.startswith(WRITE_PREFIX))
@@ -146,3 +176,16 @@ def _recorded(batches: dict[str, int], batch: SparkBatch) -> dict[str, int]:
 def linked_ledgers(view: StreamView) -> set[int]:
     """Every ledger that is a segment of the stream (what orphan collection must never delete)."""
     return {s.ledger_id for s in view.ordered() if s.ledger_id is not None}
+
+
+def replica_cut(view: StreamView, source_before: Position) -> tuple[Position, SegmentMeta | None]:
+    """Where a replica is truncated when its source is truncated before ``source_before``: the
+    start of the first segment that copies a record at or after it, when that is exact; or that
+    segment's start and the segment itself when it copies records on both sides (the caller
+    counts within it). Never past a segment that is not a copy (nor past the replica's end)."""
+    for seg in view.ordered():
+        if seg.source is None or seg.source[0] >= source_before:
+            return seg.first_dlsn, None
+        if seg.source[1] >= source_before:
+            return seg.first_dlsn, seg
+    return (view.meta.next_sequence, 0, 0), None

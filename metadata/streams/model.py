@@ -68,6 +68,9 @@ class SegmentMeta:
     ctime_ms: int = 0
     sealed_ms: int | None = None
     tier: TierInfo | None = None
+    # A replica's segment (DESIGN §4.12): the source stream's positions of its first and last
+    # record, so that a truncation of the source maps onto the replica without reading it all.
+    source: tuple[Position, Position] | None = None
 
     @property
     def first_dlsn(self) -> Position:
@@ -126,6 +129,10 @@ def _loads(data: bytes, what: str) -> dict[str, Any]:
 def encode_segment(s: SegmentMeta) -> bytes:
     d = asdict(s)
     d["state"] = s.state.value
+    if s.source is None:
+        del d["source"]   # not written unless set: clients that predate replication read the rest
+    else:
+        d["source"] = [list(s.source[0]), list(s.source[1])]
     return _dumps(d)
 
 
@@ -133,10 +140,19 @@ def decode_segment(data: bytes, what: str = "segment") -> SegmentMeta:
     d = _loads(data, what)
     try:
         tier = d.pop("tier", None)
+        source = d.pop("source", None)
         return SegmentMeta(**{**d, "state": SegmentState(d["state"]),
-                              "tier": TierInfo(**tier) if tier else None})
+                              "tier": TierInfo(**tier) if tier else None,
+                              "source": _source_range(source) if source else None})
     except (TypeError, ValueError, KeyError) as e:
         raise InvalidMetadataError(f"{what}: {e}") from e
+
+
+def _source_range(raw: Any) -> tuple[Position, Position]:
+    first, last = (tuple(int(x) for x in p) for p in raw)
+    if len(first) != 3 or len(last) != 3 or last < first:
+        raise ValueError(f"bad source range {raw!r}")
+    return (first[0], first[1], first[2]), (last[0], last[1], last[2])
 
 
 def encode_stream(m: StreamMeta) -> bytes:

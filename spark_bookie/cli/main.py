@@ -267,6 +267,12 @@ def cmd_role(args: argparse.Namespace) -> int:
     return run_role(args)
 
 
+def cmd_replicate(args: argparse.Namespace) -> int:
+    from spark_bookie.cli.replicate import run_replicate
+
+    return run_replicate(args)
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     from spark_bookie.cli.bench import run_bench
 
@@ -384,6 +390,13 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("role", help="`role create NAME --out PATH`: a client config with a token for a role")
     add_role_parser(p)
     p.set_defaults(func=cmd_role)
+
+    from spark_bookie.cli.replicate import add_replicate_parser
+
+    p = sub.add_parser("replicate", help="copy streams to another cluster with a Spark query; `replicate status` "
+                       "shows the lag (DESIGN §4.12)")
+    add_replicate_parser(p)
+    p.set_defaults(func=cmd_replicate)
 
     from spark_bookie.cli.bench import add_bench_parser
 

@@ -1,0 +1,133 @@
+"""Replication across clusters as one Structured Streaming query (DESIGN §4.12, invariant 13).
+
+    spark-bookie replicate --from ZK_A --to ZK_B --streams "payments/*" --checkpoint DIR
+
+The query reads cluster A's streams with the ``ledger`` source (records by DLSN, new streams that
+match the glob picked up at each trigger) and writes them with the per-row ``ledger`` sink into
+the streams of the same names on B (jobs/stream_fanout.py): each micro-batch linked once per
+stream (the query id and batch id recorded with the link), and each linked segment carrying the
+source positions it copies, so a replica is always a prefix of its source, whatever restarts,
+replays and failures happen. Spark's checkpoint (``DIR/spark``) is where a restart resumes; a
+replicator given a new checkpoint resumes each stream where its replica ends
+(ledger_client/stream/replica.replicated_through), and linking would refuse a copy twice anyway.
+
+The source moves a subscription per stream (``replicate-<id>``) with each batch: the lag in records
+is that subscription's backlog, and a namespace with ``retain_until_consumed`` keeps what the
+replicator has not copied. Beside the query, a monitor thread (jobs/replication_monitor.py)
+publishes the lag on ``/metrics``, writes ``DIR/status.json`` for ``replicate status``, and
+carries truncation and end-of-stream over.
+
+What the replication is, and its checkpoint's layout: jobs/replication_config.py.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import sys
+import threading
+from typing import TYPE_CHECKING, Any
+
+from jobs.replication_config import SPARK_DIR, ReplicationConfig, prepared
+
+if TYPE_CHECKING:
+    from ledger_client import LedgerClient
+
+log = logging.getLogger(__name__)
+
+
+def resume_offsets(cfg: ReplicationConfig, source: LedgerClient, target: LedgerClient) -> dict[str, str]:
+    """A new checkpoint's starting offsets: each source stream whose replica already holds copies
+    resumes just after the last one (the rest start at their beginning)."""
+    from jobs.options import StreamSourceOptions
+    from jobs.stream_source import resolve_streams
+    from ledger_client import errors
+    from ledger_client.stream.replica import replicated_through
+
+    opts = StreamSourceOptions.parse({"zk": cfg.from_zk, "streams": cfg.streams})
+    out: dict[str, str] = {}
+    for ns, name in resolve_streams(source, opts, strict=False):
+        try:
+            through = replicated_through(target.namespace(ns), name)
+        except errors.NoSuchNamespaceError:
+            continue
+        if through is not None:
+            out[f"{ns}/{name}"] = f"{through.segment}/{through.entry_id}/{through.slot + 1}"
+    return out
+
+
+def spark_session(cfg: ReplicationConfig) -> Any:
+    from pyspark.sql import SparkSession
+
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    return (SparkSession.builder.master(cfg.master).appName("spark-bookie-replicate")
+            .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
+            .config("spark.sql.shuffle.partitions", "2")
+            .config("spark.executorEnv.PYSPARK_PYTHON", os.environ["PYSPARK_PYTHON"]).getOrCreate())
+
+
+def start_query(spark: Any, cfg: ReplicationConfig, starting: dict[str, str]) -> Any:
+    """The replication query: A's records (with their positions) into B's streams of the same name."""
+    reader = (spark.readStream.format("ledger").option("zk", cfg.from_zk).option("streams", cfg.streams)
+              .option("subscription", cfg.subscription)
+              .option("max_records_per_trigger", str(cfg.max_records_per_trigger))
+              .option("min_partitions", str(cfg.min_partitions)))
+    if starting:
+        reader = reader.option("startingOffsets", json.dumps(starting))
+    if cfg.from_client_conf:
+        reader = reader.option("client_conf", cfg.from_client_conf)
+    rows = reader.load().select("stream", "segment", "entry_id", "slot", "txid", "payload")
+    writer = (rows.writeStream.format("ledger").option("zk", cfg.to_zk).option("source_zk", cfg.from_zk)
+              .option("checkpointLocation", str(cfg.dir / SPARK_DIR)).queryName("replicate")
+              .trigger(processingTime=f"{cfg.trigger_interval_ms} milliseconds"))
+    if cfg.to_client_conf:
+        writer = writer.option("client_conf", cfg.to_client_conf)
+    if cfg.from_client_conf:
+        writer = writer.option("source_client_conf", cfg.from_client_conf)
+    return writer.start()
+
+
+def _stop_on_signals() -> threading.Event:
+    """SIGTERM and SIGINT end the replication between two checks (the query stops cleanly)."""
+    stopping = threading.Event()
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: stopping.set())
+    return stopping
+
+
+def run(cfg: ReplicationConfig, ready: Any = None) -> int:
+    """Run the replication until the query stops (an error, or SIGTERM/SIGINT). ``ready(port)``
+    is called once the query and the metrics run (the port /metrics is served on, or None)."""
+    from jobs.replication_monitor import Monitor
+
+    cfg = prepared(cfg)
+    source, target = cfg.source(), cfg.target()
+    try:
+        fresh = not (cfg.dir / SPARK_DIR / "offsets").exists()
+        starting = resume_offsets(cfg, source, target) if fresh else {}
+        if starting:
+            log.info("new checkpoint: streams resume where their replicas end: %s", starting)
+        spark = spark_session(cfg)
+        query = start_query(spark, cfg, starting)
+        monitor = Monitor(cfg, source, target, query)
+        monitor.start()
+        stopping = _stop_on_signals()
+        try:
+            if ready is not None:
+                ready(monitor.port)
+            while query.isActive and not stopping.is_set():
+                query.awaitTermination(1)
+            if query.exception() is not None:
+                raise query.exception()
+        finally:
+            monitor.stop()
+            if query.isActive:
+                query.stop()
+        return 0
+    finally:
+        source.close()
+        target.close()

@@ -1,0 +1,255 @@
+"""The ``ledger`` sink for rows that name their stream: a ``stream`` column ("ns/name") instead of
+option ``stream``, as Kafka's sink takes a ``topic`` column. The replicator (§4.12) writes this way.
+
+    df.writeStream.format("ledger").option("zk", Z).option("checkpointLocation", C).start()
+        # df: stream, payload [, txid] [, segment, entry_id, slot]
+
+Exactly once per stream, as the one-stream sink (jobs/stream_sink.py, invariant 10): a task writes
+each stream's rows, in order, into a ledger of its own per stream; the driver's commit links each
+stream's ledgers (in partition order) in one metadata change per stream that also records the
+batch, so a batch replayed after a driver died between two streams' links adds nothing to those
+linked and links the rest. With the source position columns, every ledger keeps the range of source
+positions it copies and linking never takes a source record twice (jobs/options.FanoutOptions).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
+from pyspark.sql.types import StructType
+
+from jobs.connect import TASK_TIMEOUTS
+from jobs.connect import connect as connect_cluster
+from jobs.options import FanoutOptions
+from jobs.stream_sink import delete_unlinked, new_write_id, streaming_batch
+from ledger_client.errors import IncorrectParameterError
+from metadata.streams.linking import SparkBatch, TaskLedger
+
+if TYPE_CHECKING:
+    from ledger_client import LedgerClient, Namespace
+    from ledger_client.stream.sink import TaskLedgerWriter
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class FanoutMessage(WriterCommitMessage):
+    """One task's ledgers, one per stream it had rows for ("ns/name" -> TaskLedger)."""
+
+    tasks: tuple[tuple[str, TaskLedger], ...]
+    batch: SparkBatch
+
+
+def connect(opts: FanoutOptions) -> LedgerClient:
+    return connect_cluster(opts.zk, opts.client_conf, **TASK_TIMEOUTS)
+
+
+class _Namespaces:
+    """The target's namespaces as a task or commit meets them, made from the source's when absent."""
+
+    def __init__(self, client: LedgerClient, opts: FanoutOptions) -> None:
+        self.client, self.opts = client, opts
+        self._source: LedgerClient | None = None
+        self._known: dict[str, Namespace] = {}
+
+    def get(self, name: str) -> Namespace:
+        from ledger_client.stream.replica import replica_namespace
+
+        ns = self._known.get(name)
+        if ns is None:
+            if self.opts.source_zk is not None and self._source is None:
+                self._source = connect_cluster(self.opts.source_zk, self.opts.source_client_conf, **TASK_TIMEOUTS)
+            ns = self._known[name] = replica_namespace(self.client, self._source, name)
+        return ns
+
+    def close(self) -> None:
+        if self._source is not None:
+            self._source.close()
+
+
+def split_key(key: str) -> tuple[str, str]:
+    ns, _, stream = key.partition("/")
+    if not ns or not stream or "/" in stream:
+        raise IncorrectParameterError(f"a row's stream must be NAMESPACE/STREAM, not {key!r}")
+    return ns, stream
+
+
+# ---------------------------------------------------------------- executors
+
+
+def write_task(opts: FanoutOptions, batch: SparkBatch | None, batches: Iterator[pa.RecordBatch]) -> FanoutMessage:
+    """The task body: each stream's rows, in order, into one new ledger per stream."""
+    from pyspark import TaskContext
+
+    from ledger_client.stream.sink import TaskLedgerWriter
+
+    ctx = TaskContext.get()
+    partition = ctx.partitionId() if ctx is not None else 0
+    if batch is None:
+        batch = streaming_batch(ctx)
+    client = connect(opts)
+    spaces = _Namespaces(client, opts)
+    writers: dict[str, TaskLedgerWriter] = {}
+    try:
+        for rb in batches:
+            for key, rows in _by_stream(rb):
+                w = writers.get(key)
+                if w is None:
+                    ns, stream = split_key(key)
+                    w = writers[key] = TaskLedgerWriter(spaces.get(ns), stream, batch, partition,
+                                                        relative_txids=not opts.has_txid)
+                _add(w, rows, opts)
+        done = tuple((key, t) for key, w in sorted(writers.items()) if (t := w.finish()) is not None)
+        return FanoutMessage(done, batch)
+    except BaseException:
+        for w in writers.values():
+            w.discard()
+        raise
+    finally:
+        spaces.close()
+        client.close()
+
+
+def _by_stream(rb: pa.RecordBatch) -> Iterator[tuple[str, pa.RecordBatch]]:
+    """The batch's rows per stream, each stream's in their order (one slice when all are one's)."""
+    col = rb.column(rb.schema.get_field_index("stream"))
+    if col.null_count:
+        raise IncorrectParameterError("a null stream: every row written this way names its stream")
+    keys = pc.unique(col).to_pylist()
+    if len(keys) == 1:
+        yield keys[0], rb
+        return
+    for key in keys:
+        yield key, rb.filter(pc.equal(col, key))
+
+
+def _add(w: TaskLedgerWriter, rows: pa.RecordBatch, opts: FanoutOptions) -> None:
+    names = {n.lower(): i for i, n in enumerate(rows.schema.names)}
+    col = rows.column(names["payload"])
+    if col.null_count:
+        raise IncorrectParameterError("a null payload: every row written to a stream needs one")
+    payloads = [s.encode() for s in col.to_pylist()] if opts.payload_is_string else col.to_pylist()
+    if opts.copies_positions and len(rows):
+        seg, entry, slot = (rows.column(names[c]) for c in ("segment", "entry_id", "slot"))
+        last = len(rows) - 1
+        w.copying((seg[0].as_py(), entry[0].as_py(), slot[0].as_py()),
+                  (seg[last].as_py(), entry[last].as_py(), slot[last].as_py()))
+    w.add_many(payloads, rows.column(names["txid"]).to_pylist() if opts.has_txid else None)
+
+
+# ---------------------------------------------------------------- driver
+
+
+def commit_batch(opts: FanoutOptions, batch: SparkBatch, messages: Sequence[WriterCommitMessage | None],
+                 sweep: bool) -> int:
+    """Link each stream's ledgers once; the number of streams that took records."""
+    from ledger_client.stream.sink import collect_orphans, link_task_ledgers, owner_name
+
+    msgs = [m for m in messages if isinstance(m, FanoutMessage)]
+    foreign = [m.batch for m in msgs if m.batch != batch]
+    if foreign:
+        raise IncorrectParameterError(f"commit of {batch} got messages of other batches: {foreign[:3]}")
+    per_stream: dict[str, list[TaskLedger]] = {}
+    for m in msgs:
+        for key, task in m.tasks:
+            per_stream.setdefault(key, []).append(task)
+    linked = 0
+    with connect(opts) as client:
+        spaces = _Namespaces(client, opts)
+        try:
+            for key, tasks in sorted(per_stream.items()):
+                ns_name, stream = split_key(key)
+                ns = spaces.get(ns_name)
+                done = link_task_ledgers(ns, stream, batch, tasks, opts.lock_timeout_ms,
+                                         owner_name(f"{batch.key}#{batch.batch_id}"))
+                linked += done
+                if not done:
+                    log.info("ledger sink: %s#%d was committed to %s before: nothing added", batch.key,
+                             batch.batch_id, key)
+                    delete_unlinked(client, ns, stream, [t.ledger_id for t in tasks])
+                if sweep or not done:
+                    collect_orphans(client, ns, stream, opts.orphan_grace_ms, batch)
+        finally:
+            spaces.close()
+    return linked
+
+
+def abort_batch(opts: FanoutOptions, messages: Sequence[WriterCommitMessage | None]) -> None:
+    """The batch failed: every ledger its tasks reported goes (unless, somehow, it is linked)."""
+    per_stream: dict[str, list[int]] = {}
+    for m in messages:
+        if isinstance(m, FanoutMessage):
+            for key, task in m.tasks:
+                per_stream.setdefault(key, []).append(task.ledger_id)
+    if not per_stream:
+        return
+    with connect(opts) as client:
+        for key, lids in per_stream.items():
+            ns_name, stream = split_key(key)
+            delete_unlinked(client, client.namespace(ns_name), stream, lids)
+
+
+# ---------------------------------------------------------------- the Spark writers
+
+
+class FanoutWriter(DataSourceArrowWriter):
+    """``df.write``: one batch, one write id (an option, or new per save())."""
+
+    def __init__(self, opts: FanoutOptions, write_id: str) -> None:
+        self.opts = opts
+        self.batch = SparkBatch.write(write_id)
+
+    @classmethod
+    def build(cls, options: Mapping[str, str], schema: StructType, overwrite: bool) -> FanoutWriter:
+        opts = _checked_build(options, schema, overwrite)
+        return cls(opts, opts.write_id or new_write_id())
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> FanoutMessage:
+        return write_task(self.opts, self.batch, iterator)
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:  # type: ignore[override]
+        commit_batch(self.opts, self.batch, messages, sweep=True)
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:  # type: ignore[override]
+        abort_batch(self.opts, messages)
+
+
+class FanoutStreamWriter(DataSourceStreamArrowWriter):
+    """``df.writeStream``: each micro-batch linked once per stream, keyed by the query and batch."""
+
+    def __init__(self, opts: FanoutOptions) -> None:
+        self.opts = opts
+
+    @classmethod
+    def build(cls, options: Mapping[str, str], schema: StructType, overwrite: bool) -> FanoutStreamWriter:
+        return cls(_checked_build(options, schema, overwrite))
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> FanoutMessage:
+        return write_task(self.opts, None, iterator)
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # type: ignore[override]  # noqa: N803
+        msgs = [m for m in messages if isinstance(m, FanoutMessage)]
+        if not msgs:
+            return
+        batch = msgs[0].batch
+        if batch.batch_id != batchId:
+            raise IncorrectParameterError(f"commit of micro-batch {batchId} got messages of batch {batch.batch_id}")
+        commit_batch(self.opts, batch, messages, sweep=batchId % self.opts.orphan_sweep_every_batches == 0)
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # type: ignore[override]  # noqa: N803
+        abort_batch(self.opts, messages)
+
+
+def _checked_build(options: Mapping[str, str], schema: StructType, overwrite: bool) -> FanoutOptions:
+    if overwrite:
+        raise IncorrectParameterError("a stream is append-only: use mode('append'), not overwrite")
+    opts = FanoutOptions.parse(options, schema)
+    with connect(opts):
+        pass   # the cluster is reachable (and its credentials good) before any task runs
+    return opts

@@ -1,0 +1,105 @@
+"""The pure parts of replication (DESIGN §4.12, invariant 13): segments that remember the source
+range they copy, linking that never takes a source record twice, where a source truncation cuts
+the replica, the lag clock, and the replication's configuration bound to its checkpoint."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import pytest
+
+from jobs.replication_config import CONFIG_FILE, ReplicationConfig, prepared, saved_config
+from jobs.replication_monitor import LagClock
+from ledger_client import DLSN
+from ledger_client.errors import IncorrectParameterError
+from metadata import InvalidMetadataError
+from metadata.streams import SegmentMeta, SegmentState, StreamMeta, StreamView
+from metadata.streams.linking import SparkBatch, TaskLedger, link_batch, replica_cut, replicated_through
+from metadata.streams.model import decode_segment, encode_segment
+
+pytestmark = pytest.mark.unit
+
+BATCH = SparkBatch.query("q1", 0)
+
+
+def task(partition: int, lid: int, source: tuple | None, records: int = 10) -> TaskLedger:
+    return TaskLedger(partition, lid, records, 0, records - 1, 100 * records, 100 * lid, 100 * lid + records - 1,
+                      source)   # txids grow with the ledger id
+
+
+def applied(view: StreamView, change) -> StreamView:
+    segs = {**view.segments, **{s.sequence: (s, 0) for s in change.create}}
+    return StreamView(change.meta, view.version + 1, segs)
+
+
+def test_a_segment_keeps_its_source_range_and_one_without_writes_no_key():
+    seg = SegmentMeta(3, 17, SegmentState.SEALED, 1, 10, 0, 9, 10, 1000, source=((2, 0, 0), (2, 4, 1)))
+    assert decode_segment(encode_segment(seg)) == seg
+    plain = replace(seg, source=None)
+    assert "source" not in json.loads(encode_segment(plain))   # older clients read the rest unchanged
+    assert decode_segment(encode_segment(plain)) == plain
+    with pytest.raises(InvalidMetadataError):
+        decode_segment(encode_segment(seg).replace(b"[[2,0,0],[2,4,1]]", b"[[2,4,1],[2,0,0]]"))
+
+
+def test_linking_copies_keeps_ranges_skips_what_it_holds_and_refuses_a_partial_overlap():
+    view = StreamView(StreamMeta(), 0)
+    view = applied(view, link_batch(view, BATCH, [task(0, 11, ((1, 0, 0), (1, 9, 0))),
+                                                  task(1, 12, ((1, 10, 0), (2, 3, 4)))], 5))
+    assert [s.source for s in view.ordered()] == [((1, 0, 0), (1, 9, 0)), ((1, 10, 0), (2, 3, 4))]
+    assert replicated_through(view) == (2, 3, 4)
+    # another query (a replicator started without its checkpoint) copying the same records adds nothing
+    again = link_batch(view, SparkBatch.query("q2", 0), [task(0, 21, ((1, 0, 0), (2, 3, 4)))], 6)
+    assert again is not None and again.create == ()
+    # ... nor the part of a batch it holds already, while the rest goes on
+    more = link_batch(view, SparkBatch.query("q2", 1), [task(0, 22, ((1, 0, 0), (1, 9, 0))),
+                                                        task(1, 23, ((2, 3, 5), (3, 0, 0)))], 7)
+    assert [s.ledger_id for s in more.create] == [23]
+    with pytest.raises(InvalidMetadataError, match="part of them twice"):
+        link_batch(view, SparkBatch.query("q3", 0), [task(0, 31, ((2, 0, 0), (2, 9, 0)))], 8)
+
+
+def test_a_source_truncation_cuts_the_replica_at_a_segment_or_inside_the_one_that_straddles_it():
+    view = StreamView(StreamMeta(), 0)
+    view = applied(view, link_batch(view, BATCH, [task(0, 11, ((1, 0, 0), (1, 9, 0))),
+                                                  task(1, 12, ((2, 0, 0), (2, 9, 0)))], 5))
+    assert replica_cut(view, (1, 0, 0)) == ((1, 0, 0), None)
+    assert replica_cut(view, (2, 0, 0)) == ((2, 0, 0), None)      # exactly at a copied segment's start
+    assert replica_cut(view, (1, 9, 1)) == ((2, 0, 0), None)      # past segment 1's last copy
+    pos, seg = replica_cut(view, (2, 5, 0))                       # inside segment 2: the caller counts
+    assert pos == (2, 0, 0) and seg is not None and seg.ledger_id == 12
+    assert replica_cut(view, (9, 0, 0)) == ((3, 0, 0), None)      # past everything: the replica's end
+    own = StreamView(view.meta, view.version, {**view.segments, 1: (replace(view.segments[1][0], source=None), 0)})
+    assert replica_cut(own, (2, 5, 0)) == ((1, 0, 0), None)       # never past a segment that is not a copy
+
+
+def test_lag_clock_counts_from_when_the_oldest_record_not_replicated_was_first_seen():
+    clock = LagClock()
+    assert clock.lag("s", 100.0, DLSN(1, 5, 0), 6, None) == 0.0
+    assert clock.lag("s", 101.0, DLSN(1, 9, 0), 10, DLSN(1, 2, 0)) == 1.0    # (1,5,0) seen at 100, not copied
+    assert clock.lag("s", 103.5, DLSN(1, 9, 0), 4, DLSN(1, 5, 0)) == 2.5     # (1,9,0) seen at 101
+    assert clock.lag("s", 104.0, DLSN(1, 9, 0), 0, DLSN(1, 9, 0)) == 0.0
+    assert clock.lag("s", 110.0, DLSN(2, 0, 0), 1, DLSN(1, 9, 0)) == 0.0     # seen just now
+    assert clock.lag("s", 112.0, DLSN(2, 0, 0), 1, DLSN(1, 9, 0)) == 2.0
+
+
+def test_configuration_is_validated_and_bound_to_its_checkpoint(tmp_path):
+    base = dict(from_zk="a:2181/ledgers", to_zk="b:2181/ledgers", streams="pay/*", checkpoint=str(tmp_path / "ck"))
+    with pytest.raises(IncorrectParameterError, match="one cluster"):
+        ReplicationConfig(**{**base, "to_zk": base["from_zk"]})
+    with pytest.raises(IncorrectParameterError):
+        ReplicationConfig(**{**base, "streams": "no-namespace"})
+    with pytest.raises(IncorrectParameterError):
+        ReplicationConfig(**{**base, "trigger_interval_ms": -1})
+    first = prepared(ReplicationConfig(**base))
+    assert first.subscription.startswith("replicate-")
+    assert prepared(ReplicationConfig(**base)).subscription == first.subscription   # a restart: the same one
+    with pytest.raises(IncorrectParameterError, match="another replication"):
+        prepared(ReplicationConfig(**{**base, "streams": "other/*"}))
+    assert saved_config(tmp_path / "ck").streams == "pay/*"
+    (tmp_path / "ck" / CONFIG_FILE).write_text("{")
+    with pytest.raises(IncorrectParameterError, match="unreadable"):
+        saved_config(tmp_path / "ck")
+    with pytest.raises(IncorrectParameterError, match="not a replication"):
+        saved_config(tmp_path)
