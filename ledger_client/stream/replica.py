@@ -14,7 +14,9 @@ From those ranges:
   before the first record that copies a source record at or after it. Exact: inside a segment
   that straddles the point, the records of the source from the point to the segment's last source
   position are counted (they still exist, being at or after the point), and the replica keeps
-  exactly that many of the segment's last records.
+  exactly that many of the segment's last records. A replicator whose role on the replica may
+  only produce cannot read it and cuts at that segment's start: a few records more are kept,
+  never one fewer.
 - ``carry_end``: the source ended and the replica holds all of it: the replica ends too.
 
 Both changes are CAS commits (a lost one decides again on a fresh read), never taking the
@@ -80,7 +82,11 @@ def carry_truncation(source: Namespace, target: Namespace, stream: str, source_b
     def decide(view: tr.StreamView) -> tr.Change | None:
         cut, straddled = linking.replica_cut(view, tuple(source_before))  # type: ignore[arg-type]
         if straddled is not None:
-            cut = _cut_inside(source, target, stream, straddled, source_before)
+            try:
+                cut = _cut_inside(source, target, stream, straddled, source_before)
+            except errors.UnauthorizedAccessError as e:   # a role with produce only on the replica
+                log.warning("replica %s/%s: truncated at segment %d's start, not inside it (%s)", target.name,
+                            stream, straddled.sequence, e)
         old = view.meta.truncated_before
         if old is not None and cut <= old:
             return None

@@ -18,14 +18,16 @@ from hosting_helpers import wait_until
 METRICS_RE = re.compile(r"metrics on http://127\.0\.0\.1:(\d+)/metrics")
 
 
-def two_clusters(zk_server: str, root: Path, bookies: int = 3) -> tuple[object, object]:
-    """Sandboxes A and B of real bookies, each under a ZooKeeper chroot of its own."""
+def two_clusters(zk_server: str, root: Path, bookies: int = 3, settings: tuple[dict, dict] = ({}, {})
+                 ) -> tuple[object, object]:
+    """Sandboxes A and B of real bookies, each under a ZooKeeper chroot of its own (``settings``:
+    each one's bookie settings beyond the tests' usual ones)."""
     from spark_bookie.local.sandbox import Sandbox
 
     out = []
-    for name in ("a", "b"):
+    for name, extra in zip(("a", "b"), settings, strict=True):
         sb = Sandbox(root / f"cluster-{name}", bookies, zk_connect=f"{zk_server}/{name}-{uuid.uuid4().hex[:8]}/ledgers",
-                     bookie_settings={"zk_session_timeout_ms": 4000, "gc_interval_ms": 3_600_000})
+                     bookie_settings={"zk_session_timeout_ms": 4000, "gc_interval_ms": 3_600_000, **extra})
         sb.start()
         out.append(sb)
     return out[0], out[1]
