@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import numpy as np
 
@@ -45,6 +46,43 @@ def encode(txids: Sequence[int], payloads: Sequence[bytes], records_before: int,
                      np.fromiter(map(len, payloads), dtype="<u4", count=n).tobytes(), *payloads))
 
 
+class Columns(NamedTuple):
+    """A record set's columns as numpy views of its bytes: no Python object per record."""
+
+    n: int
+    flags: int
+    before: int
+    txids: np.ndarray       # int64, absolute (a segment-relative set's offsets plus first_txid)
+    lengths: np.ndarray     # uint32
+    starts: np.ndarray      # int64: where each payload starts in the entry's bytes
+
+
+def columns(data: bytes, where: str = "record set", first_txid: int | None = None) -> Columns:
+    """Decode and check a record set's framing (anything that is not exactly a record set this
+    code reads is CorruptRecordSetError, never a wrong record)."""
+    if len(data) < HEADER_BYTES:
+        raise CorruptRecordSetError(f"{where}: {len(data)} bytes, shorter than the header")
+    magic, version, flags, n, before = HEADER.unpack_from(data)
+    if magic != MAGIC or version != VERSION or flags & ~KNOWN_FLAGS:
+        raise CorruptRecordSetError(f"{where}: not a record set this code reads "
+                                    f"(magic {magic:#x}, version {version}, flags {flags:#x})")
+    body = HEADER_BYTES + 12 * n
+    if len(data) < body:
+        raise CorruptRecordSetError(f"{where}: {n} records do not fit in {len(data)} bytes")
+    txids = np.frombuffer(data, dtype="<i8", count=n, offset=HEADER_BYTES)
+    lengths = np.frombuffer(data, dtype="<u4", count=n, offset=HEADER_BYTES + 8 * n)
+    ends = np.cumsum(lengths, dtype=np.int64) + body
+    if (ends[-1] if n else body) != len(data):
+        raise CorruptRecordSetError(f"{where}: payload lengths add up to {int(ends[-1]) - body if n else 0}, "
+                                    f"{len(data) - body} bytes present")
+    if flags & FLAG_SEGMENT_TXIDS:
+        if first_txid is None:
+            raise CorruptRecordSetError(f"{where}: txids are relative to the segment's first txid, "
+                                        "which the decoder was not given")
+        txids = txids + np.int64(first_txid)
+    return Columns(n, flags, before, txids, lengths, ends - lengths)
+
+
 class RecordSet:
     """A decoded record set: ``txids`` (numpy int64), ``payloads`` (bytes each), ``records_before``.
 
@@ -54,29 +92,10 @@ class RecordSet:
     __slots__ = ("count", "flags", "payloads", "records_before", "txids")
 
     def __init__(self, data: bytes, where: str = "record set", first_txid: int | None = None) -> None:
-        if len(data) < HEADER_BYTES:
-            raise CorruptRecordSetError(f"{where}: {len(data)} bytes, shorter than the header")
-        magic, version, flags, n, before = HEADER.unpack_from(data)
-        if magic != MAGIC or version != VERSION or flags & ~KNOWN_FLAGS:
-            raise CorruptRecordSetError(f"{where}: not a record set this code reads "
-                                        f"(magic {magic:#x}, version {version}, flags {flags:#x})")
-        body = HEADER_BYTES + 12 * n
-        if len(data) < body:
-            raise CorruptRecordSetError(f"{where}: {n} records do not fit in {len(data)} bytes")
-        self.txids = np.frombuffer(data, dtype="<i8", count=n, offset=HEADER_BYTES)
-        lengths = np.frombuffer(data, dtype="<u4", count=n, offset=HEADER_BYTES + 8 * n)
-        ends = np.cumsum(lengths, dtype=np.int64) + body
-        if (ends[-1] if n else body) != len(data):
-            raise CorruptRecordSetError(f"{where}: payload lengths add up to {int(ends[-1]) - body if n else 0}, "
-                                        f"{len(data) - body} bytes present")
-        starts = (ends - lengths).tolist()
-        self.payloads = [data[a:b] for a, b in zip(starts, ends.tolist(), strict=True)]
-        if flags & FLAG_SEGMENT_TXIDS:
-            if first_txid is None:
-                raise CorruptRecordSetError(f"{where}: txids are relative to the segment's first txid, "
-                                            "which the decoder was not given")
-            self.txids = self.txids + np.int64(first_txid)
-        self.count, self.flags, self.records_before = n, flags, before
+        cols = columns(data, where, first_txid)
+        starts = cols.starts.tolist()
+        self.payloads = [data[a:b] for a, b in zip(starts, (cols.starts + cols.lengths).tolist(), strict=True)]
+        self.txids, self.count, self.flags, self.records_before = cols.txids, cols.n, cols.flags, cols.before
 
     @property
     def is_control(self) -> bool:
