@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import errors
 from .commits import COMMIT_INTERVAL_MS
@@ -17,6 +17,9 @@ from .reader import StreamReader
 from .settings import NamespaceSettings
 from .subscriptions import SubscriptionInfo
 from .writer import StreamWriter
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 
 class AsyncStreamWriter:
@@ -76,6 +79,9 @@ class AsyncStreamReader:
 
     async def read_batch(self, max_records: int = 10_000, timeout_ms: int = 100) -> list[LogRecord]:
         return await asyncio.to_thread(self.sync.read_batch, max_records, timeout_ms)
+
+    async def read_arrow_batch(self, max_records: int = 65_536, timeout_ms: int = 100) -> pa.RecordBatch | None:
+        return await asyncio.to_thread(self.sync.read_arrow_batch, max_records, timeout_ms)
 
     async def __aiter__(self) -> AsyncIterator[LogRecord]:
         while True:

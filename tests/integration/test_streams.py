@@ -284,7 +284,8 @@ def test_async_surface(cluster_factory):
                 await w.mark_end_of_stream()
             assert (await ns.stream_info("s")).end_of_stream
             async with await ns.open_reader("s") as r:
-                return [rec.payload async for rec in r]
+                head = (await r.read_arrow_batch(10, 5_000)).column("payload").to_pylist()
+                return head + [rec.payload async for rec in r]
 
     assert asyncio.run(main()) == [b"one"] + [payload(i) for i in range(50)]
 
