@@ -142,31 +142,16 @@ def start_of(view: StreamView) -> tuple[int, int, int]:
 
 
 def segment_rows(stream: str, sequence: int, entries: Sequence[tuple[int, bytes]], first_txid: int) -> pa.Table:
-    """Record sets (entry id, bytes) of one segment → rows in ROW_SCHEMA, in DLSN order."""
+    """Record sets (entry id, bytes) of one segment → rows in ROW_SCHEMA, in DLSN order: decoded into
+    Arrow columns without a Python object per record (ledger_client/stream/chunks.py)."""
     import numpy as np
 
-    from ledger_client.stream.records import RecordSet
+    from ledger_client.stream.chunks import Chunk
+    from ledger_client.stream.dlsn import DLSN
 
-    txids: list[np.ndarray] = []
-    payloads: list[bytes] = []
-    eids: list[np.ndarray] = []
-    slots: list[np.ndarray] = []
-    for eid, data in entries:
-        rs = RecordSet(data, f"stream {stream} segment {sequence} entry {eid}", first_txid)
-        if not rs.count:
-            continue
-        txids.append(rs.txids)
-        payloads += rs.payloads
-        eids.append(np.full(rs.count, eid, dtype=np.int64))
-        slots.append(np.arange(rs.count, dtype=np.int32))
-    n = len(payloads)
-    cat = np.concatenate
-    cols = [pa.array([stream] * n, pa.string()), pa.array(np.full(n, sequence, dtype=np.int64)),
-            pa.array(cat(eids) if eids else np.array([], np.int64)),
-            pa.array(cat(slots) if slots else np.array([], np.int32)),
-            pa.array(cat(txids).astype(np.int64) if txids else np.array([], np.int64)),
-            pa.array(payloads, pa.binary())]
-    return pa.Table.from_arrays(cols, schema=ROW_SCHEMA)
+    rb = Chunk(sequence, first_txid, list(entries), DLSN(sequence, 0, 0), f"stream {stream}").arrow()
+    name = pa.array([stream], pa.string()).take(pa.array(np.zeros(rb.num_rows, dtype=np.int32)))
+    return pa.Table.from_arrays([name, *rb.columns], schema=ROW_SCHEMA)
 
 
 def span_mask(rows: pa.Table, span: StreamSpan) -> pa.Array | None:
