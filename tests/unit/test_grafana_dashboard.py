@@ -1,5 +1,5 @@
-"""deploy/grafana/spark-bookie.json: every PromQL expression names only metrics the bookie and
-autorecovery processes really export (their collectors, asked for their sample names)."""
+"""deploy/grafana/spark-bookie.json: every PromQL expression names only metrics the bookie,
+autorecovery and replicator processes really export (their collectors, asked for their sample names)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from types import SimpleNamespace
 import pytest
 from prometheus_client import CollectorRegistry
 
+from jobs.replication_monitor import Monitor
 from metadata.streams import encode_settings
 from recovery.metrics import autorecovery_registry
 from recovery.worker import WorkerStats
@@ -19,7 +20,7 @@ from spark_bookie.server.metrics import BookieMetrics, BookieProbes
 pytestmark = pytest.mark.unit
 
 DASHBOARD = Path(__file__).resolve().parents[2] / "deploy" / "grafana" / "spark-bookie.json"
-OUR_METRIC = re.compile(r"\b(?:bookie|bookkeeper_server|auditor|replication_worker|namespace|stream)_[A-Za-z0-9_]+")
+OUR_METRIC = re.compile(r"\b(?:bookie|bookkeeper_server|auditor|replication|namespace|stream)_[A-Za-z0-9_]+")
 
 
 def _exported(tmp_path: Path) -> set[str]:
@@ -34,7 +35,10 @@ def _exported(tmp_path: Path) -> set[str]:
     ar = SimpleNamespace(worker=SimpleNamespace(stats=WorkerStats()), elections_won=1, is_auditor=True,
                          auditor_stats=None, store=store,
                          subscription_backlogs={("ns/orders", "billing"): (12, 1_200)})
-    registries: list[CollectorRegistry] = [m.registry, autorecovery_registry(ar)]  # type: ignore[arg-type]
+    rep = Monitor(SimpleNamespace(), None, None, None)  # type: ignore[arg-type]  # the replicator's /metrics
+    rep.lag_records.labels("ns/orders").set(3)
+    rep.lag_seconds.labels("ns/orders").set(0.5)
+    registries: list[CollectorRegistry] = [m.registry, autorecovery_registry(ar), rep.registry]  # type: ignore[arg-type]
     return {s.name for r in registries for f in r.collect() for s in f.samples}
 
 
@@ -46,7 +50,7 @@ def test_every_query_names_an_exported_metric(tmp_path):
     wanted = {"bookie_journal_JOURNAL_SYNC_bucket", "bookkeeper_server_ADD_ENTRY_bucket",
               "auditor_NUM_UNDER_REPLICATED_LEDGERS", "bookie_ledger_dir_free_bytes", "bookie_SERVER_STATUS",
               "namespace_storage_used_bytes", "namespace_storage_quota_bytes",
-              "stream_subscription_backlog_records"}
+              "stream_subscription_backlog_records", "replication_lag_records", "replication_lag_seconds"}
     named: set[str] = set()
     for expr in exprs:
         names = set(OUR_METRIC.findall(expr))
