@@ -27,7 +27,7 @@ from pyspark.sql.types import StructType
 from jobs.connect import TASK_TIMEOUTS
 from jobs.connect import connect as connect_cluster
 from jobs.options import FanoutOptions
-from jobs.stream_sink import delete_unlinked, new_write_id, streaming_batch
+from jobs.stream_sink import arrow_columns, delete_unlinked, new_write_id, streaming_batch
 from ledger_client.errors import IncorrectParameterError
 from metadata.streams.linking import SparkBatch, TaskLedger
 
@@ -130,17 +130,13 @@ def _by_stream(rb: pa.RecordBatch) -> Iterator[tuple[str, pa.RecordBatch]]:
 
 
 def _add(w: TaskLedgerWriter, rows: pa.RecordBatch, opts: FanoutOptions) -> None:
-    names = {n.lower(): i for i, n in enumerate(rows.schema.names)}
-    col = rows.column(names["payload"])
-    if col.null_count:
-        raise IncorrectParameterError("a null payload: every row written to a stream needs one")
-    payloads = [s.encode() for s in col.to_pylist()] if opts.payload_is_string else col.to_pylist()
     if opts.copies_positions and len(rows):
+        names = {n.lower(): i for i, n in enumerate(rows.schema.names)}
         seg, entry, slot = (rows.column(names[c]) for c in ("segment", "entry_id", "slot"))
         last = len(rows) - 1
         w.copying((seg[0].as_py(), entry[0].as_py(), slot[0].as_py()),
                   (seg[last].as_py(), entry[last].as_py(), slot[last].as_py()))
-    w.add_many(payloads, rows.column(names["txid"]).to_pylist() if opts.has_txid else None)
+    w.add_arrow(*arrow_columns(rows, opts.has_txid))
 
 
 # ---------------------------------------------------------------- driver

@@ -80,8 +80,7 @@ def write_task(opts: SinkOptions, batch: SparkBatch | None, batches: Iterator[pa
         w = TaskLedgerWriter(ns, opts.stream, batch, partition, relative_txids=not opts.has_txid)
         try:
             for rb in batches:
-                payloads, txids = _columns(rb, opts)
-                w.add_many(payloads, txids)
+                w.add_arrow(*arrow_columns(rb, opts.has_txid))
             task = w.finish()
         except BaseException:
             w.discard()
@@ -100,17 +99,19 @@ def streaming_batch(ctx: Any) -> SparkBatch:
     return SparkBatch.query(query, int(batch_id))
 
 
-def _columns(rb: pa.RecordBatch, opts: SinkOptions) -> tuple[list[bytes], list[int | None] | None]:
+def arrow_columns(rb: pa.RecordBatch, has_txid: bool) -> tuple[pa.Array, Any]:
+    """The batch's payload column (binary or string, as it comes) and its txids (an int64 numpy
+    array, or None without a txid column), for TaskLedgerWriter.add_arrow."""
     names = {n.lower(): i for i, n in enumerate(rb.schema.names)}
     col = rb.column(names["payload"])
     if col.null_count:
         raise IncorrectParameterError("a null payload: every row written to a stream needs one")
-    if pa.types.is_string(col.type) or pa.types.is_large_string(col.type):
-        payloads = [s.encode() for s in col.to_pylist()]
-    else:
-        payloads = col.to_pylist()
-    txids = rb.column(names["txid"]).to_pylist() if opts.has_txid else None
-    return payloads, txids
+    if not has_txid:
+        return col, None
+    txid = rb.column(names["txid"])
+    if txid.null_count:
+        raise IncorrectParameterError("a null txid: the txid column must be set on every row")
+    return col, txid.cast(pa.int64()).to_numpy()
 
 
 # ---------------------------------------------------------------- driver

@@ -46,6 +46,21 @@ def encode(txids: Sequence[int], payloads: Sequence[bytes], records_before: int,
                      np.fromiter(map(len, payloads), dtype="<u4", count=n).tobytes(), *payloads))
 
 
+def encode_columns(txids: np.ndarray, lengths: np.ndarray, payloads: bytes | memoryview, records_before: int,
+                   flags: int = 0) -> bytes:
+    """One entry's record set from columns: txids, payload lengths and the payloads' bytes end to
+    end (an Arrow binary column's values buffer): no Python object per record."""
+    n = len(lengths)
+    if len(txids) != n or sum_lengths(lengths) != len(payloads):
+        raise ValueError("one txid per payload, and the lengths add up to the payload bytes")
+    return b"".join((HEADER.pack(MAGIC, VERSION, flags, n, records_before), txids.astype("<i8").tobytes(),
+                     lengths.astype("<u4").tobytes(), payloads))
+
+
+def sum_lengths(lengths: np.ndarray) -> int:
+    return int(lengths.sum(dtype=np.int64))
+
+
 class Columns(NamedTuple):
     """A record set's columns as numpy views of its bytes: no Python object per record."""
 

@@ -26,6 +26,8 @@ from collections.abc import Iterable
 from concurrent.futures import Future
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from metadata import InvalidMetadataError
 from metadata.streams import Change, StreamView, linking
 from metadata.streams.model import Position
@@ -33,10 +35,12 @@ from metadata.streams.model import Position
 from .. import errors
 from ..metadata_errors import metadata_errors
 from .meta import now_ms
-from .records import FLAG_SEGMENT_TXIDS, RECORD_OVERHEAD_BYTES, encode
+from .records import FLAG_SEGMENT_TXIDS, RECORD_OVERHEAD_BYTES, encode, encode_columns
 from .segments import commit, recover_segment
 
 if TYPE_CHECKING:
+    import pyarrow as pa
+
     from ..client import LedgerClient
     from ..write_handle import WriteHandle
     from .namespace import Namespace
@@ -103,6 +107,47 @@ class TaskLedgerWriter:
         self._payloads.append(payload)
         self._size += len(payload) + RECORD_OVERHEAD_BYTES
 
+    def add_arrow(self, payloads: pa.Array, txids: np.ndarray | None = None) -> None:
+        """``add`` for a whole Arrow column of payloads (binary or string, no nulls) and, unless the
+        txids are relative, an int64 array of txids: cut into record sets of up to
+        ``output_buffer_bytes`` straight from the column's buffers, no Python object per record."""
+        n = len(payloads)
+        if n == 0:
+            return
+        if payloads.null_count:
+            raise errors.IncorrectParameterError("a null payload: every row written to a stream needs one")
+        offsets, values = _binary_buffers(payloads)
+        lengths = np.diff(offsets)
+        if int(lengths.max()) > self._record_max:
+            raise errors.RecordTooLargeError(f"a record of {int(lengths.max())} bytes is over record_size_bytes_max "
+                                             f"({self._record_max})")
+        if self._payloads:
+            self._send()   # what add() buffered goes first, in order
+        tx = self._arrow_txids(n, txids)
+        ends = np.cumsum(lengths + RECORD_OVERHEAD_BYTES)
+        i = 0
+        while i < n:
+            base = int(ends[i - 1]) if i else 0
+            j = max(i + 1, int(np.searchsorted(ends, base + self._out_max, side="right")))
+            body = encode_columns(tx[i:j], lengths[i:j], values[int(offsets[i]):int(offsets[j])], self._records,
+                                  FLAG_SEGMENT_TXIDS if self.relative else 0)
+            self._append(body, j - i)
+            i = j
+
+    def _arrow_txids(self, n: int, txids: np.ndarray | None) -> np.ndarray:
+        if self.relative:
+            return np.arange(self._records, self._records + n, dtype=np.int64)
+        if txids is None or len(txids) != n:
+            raise errors.IncorrectParameterError("a txid per payload: the txid column must be set on every row")
+        tx = np.asarray(txids, dtype=np.int64)
+        if (n > 1 and bool((np.diff(tx) < 0).any())) or (self._last_txid is not None and int(tx[0]) < self._last_txid):
+            raise errors.TransactionIdOutOfOrderError(f"partition {self.partition}: txids must not decrease "
+                                                      f"(after {self._last_txid}: {tx[:5].tolist()}...)")
+        if self._first_txid is None:
+            self._first_txid = int(tx[0])
+        self._last_txid = int(tx[-1])
+        return tx
+
     def add_many(self, payloads: Iterable[bytes], txids: Iterable[int | None] | None = None) -> None:
         if txids is None:
             for p in payloads:
@@ -112,11 +157,15 @@ class TaskLedgerWriter:
                 self.add(p, t)
 
     def _send(self) -> None:
-        h = self._handle or self._create()
         body = encode(self._txids, self._payloads, self._records, FLAG_SEGMENT_TXIDS if self.relative else 0)
-        self._records += len(self._payloads)
-        self._last_slot = len(self._payloads) - 1
+        count = len(self._payloads)
         self._txids, self._payloads, self._size = [], [], 0
+        self._append(body, count)
+
+    def _append(self, body: bytes, count: int) -> None:
+        h = self._handle or self._create()
+        self._records += count
+        self._last_slot = count - 1
         self._in_flight.append(h.append_async(body))
         while len(self._in_flight) > IN_FLIGHT_ENTRIES_MAX:
             self._in_flight.popleft().result()
@@ -238,3 +287,16 @@ def collect_orphans(client: LedgerClient, ns: Namespace, stream: str, older_than
 
 def owner_name(what: str) -> str:
     return f"spark-sink:{socket.gethostname()}:{os.getpid()}:{what}:{int(time.time() * 1000)}"
+
+
+def _binary_buffers(arr: pa.Array) -> tuple[np.ndarray, memoryview]:
+    """An Arrow binary or string column's value offsets (from its first value, int64) and values
+    buffer (large_ and view types are cast to binary first)."""
+    import pyarrow as pa
+
+    if not (pa.types.is_binary(arr.type) or pa.types.is_string(arr.type)):
+        arr = arr.cast(pa.binary())
+    bufs = arr.buffers()
+    offsets = np.frombuffer(bufs[1], dtype=np.int32, count=arr.offset + len(arr) + 1)[arr.offset:].astype(np.int64)
+    values = memoryview(bufs[2]) if bufs[2] is not None else memoryview(b"")
+    return offsets, values

@@ -153,3 +153,47 @@ def test_a_dead_writers_segment_is_sealed_first_and_a_stale_attempt_is_collected
         assert txids == sorted(txids) and txids[-30:] == list(range(txids[-31] + 1, txids[-31] + 31))
         assert all(s.state == "sealed" for s in ns.stream_info("s").segments)
         assert stale.task.ledger_id not in tagged_ledgers(c) == {msgs[0].task.ledger_id}
+
+
+def test_arrow_columns_write_the_same_entries_as_records_one_by_one(cluster_factory, seed):
+    """TaskLedgerWriter.add_arrow (the Spark sink's path: record sets cut from the column's
+    buffers) writes byte for byte the entries add_many writes: sliced and string columns, both
+    kinds of txids; bad columns are refused before anything is written."""
+    import random
+
+    import numpy as np
+    import pyarrow as pa
+
+    rng = random.Random(seed)
+    sb = cluster_factory(1)
+    with client(sb) as c:
+        ns = c.create_namespace("ns", ensemble_size=1, write_quorum_size=1, ack_quorum_size=1, output_buffer_bytes=300)
+        payloads = [rng.randbytes(rng.randrange(0, 120)) for _ in range(500)]
+        txids = sorted(rng.randrange(0, 10_000) for _ in range(500))
+        b = SparkBatch.write("0000000000009-z")
+
+        def entries(lid: int) -> list[bytes]:
+            h = c.open_ledger(lid, ns.settings.ledger_password)
+            return [e.data for e in h.read(0, h.last_add_confirmed)]
+
+        for tx in (None, txids):
+            one = TaskLedgerWriter(ns, "s", b, 0, relative_txids=tx is None)
+            one.add_many(payloads, tx)
+            col = pa.array([b"skip"] + payloads, pa.binary()).slice(1)      # an offset into its buffers
+            cols = TaskLedgerWriter(ns, "s", b, 1, relative_txids=tx is None)
+            cols.add_arrow(col, None if tx is None else np.asarray(tx, np.int64))
+            a, z = one.finish(), cols.finish()
+            assert entries(a.ledger_id) == entries(z.ledger_id) and len(entries(a.ledger_id)) > 50
+            assert (a.record_count, a.last_slot, a.nbytes, a.first_txid, a.last_txid) == \
+                   (z.record_count, z.last_slot, z.nbytes, z.first_txid, z.last_txid)
+        text = TaskLedgerWriter(ns, "s", b, 2, relative_txids=True)
+        text.add_arrow(pa.array(["ä", "bc"], pa.string()))
+        assert [e[-4:] for e in entries(text.finish().ledger_id)] == ["äbc".encode()]
+        bad = TaskLedgerWriter(ns, "s", b, 3, relative_txids=False)
+        with pytest.raises(errors.TransactionIdOutOfOrderError):
+            bad.add_arrow(pa.array([b"x", b"y"]), np.asarray([5, 4]))
+        with pytest.raises(errors.IncorrectParameterError):
+            bad.add_arrow(pa.array([b"x", None]), np.asarray([5, 6]))
+        with pytest.raises(errors.RecordTooLargeError):
+            bad.add_arrow(pa.array([b"x" * (ns.settings.record_size_bytes_max + 1)]), np.asarray([7]))
+        assert bad.ledger_id is None
