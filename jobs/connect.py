@@ -13,7 +13,11 @@ No pyspark here: compaction and tiering import this without Spark.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -22,6 +26,10 @@ if TYPE_CHECKING:
 CLIENT_CONF_ENV = "SPARK_BOOKIE_CLIENT_CONF"  # the client TOML of a secured cluster (docs/security.md)
 TASK_TIMEOUTS: dict[str, Any] = {"zk_session_timeout_ms": 10_000, "operation_timeout_ms": 60_000}
 """The Spark source's and sink's clients: these timeouts, whatever the client TOML says."""
+SHARED_CLIENTS_MAX = 4      # clusters a Python worker keeps a client of between tasks
+SHARED_IDLE_S = 120.0       # ... closed when no task used them for this long
+_shared: OrderedDict[tuple[str, str | None], tuple[LedgerClient, float]] = OrderedDict()
+_shared_lock = threading.Lock()
 
 
 def client_conf_path(given: str | None = None, env: Mapping[str, str] | None = None) -> str | None:
@@ -46,3 +54,31 @@ def connect(zk: str, client_conf: str | None, **overrides: Any) -> LedgerClient:
     from ledger_client import LedgerClient
 
     return LedgerClient(zk, config=client_config(client_conf, **overrides))
+
+
+@contextmanager
+def task_client(zk: str, client_conf: str | None) -> Iterator[LedgerClient]:
+    """A client of the cluster at ``zk`` (TASK_TIMEOUTS) kept in this process between tasks: Spark
+    reuses its Python workers, so a task saves a ZooKeeper session and the bookies' channels, which
+    cost more than a small micro-batch's records. Taken out while a task uses it (never shared by
+    two at once); a task that fails closes it, so a broken client never serves the next attempt.
+    At most SHARED_CLIENTS_MAX are kept, none idle longer than SHARED_IDLE_S."""
+    key = (zk, client_conf)
+    with _shared_lock:
+        got = _shared.pop(key, None)
+    client = got[0] if got is not None and not got[0].closed else None
+    if client is None:
+        client = connect(zk, client_conf, **TASK_TIMEOUTS)
+    try:
+        yield client
+    except BaseException:
+        client.close()
+        raise
+    now = time.monotonic()
+    with _shared_lock:
+        _shared[key] = (client, now)
+        doomed = [k for k, (_c, used) in _shared.items() if now - used > SHARED_IDLE_S]
+        doomed += list(_shared)[:max(0, len(_shared) - SHARED_CLIENTS_MAX)]
+        closing = [_shared.pop(k)[0] for k in dict.fromkeys(doomed) if k in _shared]
+    for c in closing:
+        c.close()

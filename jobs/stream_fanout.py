@@ -24,8 +24,7 @@ import pyarrow.compute as pc
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
 
-from jobs.connect import TASK_TIMEOUTS
-from jobs.connect import connect as connect_cluster
+from jobs.connect import task_client
 from jobs.options import FanoutOptions
 from jobs.stream_sink import arrow_columns, delete_unlinked, new_write_id, streaming_batch
 from ledger_client.errors import IncorrectParameterError
@@ -46,31 +45,29 @@ class FanoutMessage(WriterCommitMessage):
     batch: SparkBatch
 
 
-def connect(opts: FanoutOptions) -> LedgerClient:
-    return connect_cluster(opts.zk, opts.client_conf, **TASK_TIMEOUTS)
-
-
 class _Namespaces:
-    """The target's namespaces as a task or commit meets them, made from the source's when absent."""
+    """The target's namespaces as a task or commit meets them, made from the source's when absent
+    (the source cluster is reached only then)."""
 
     def __init__(self, client: LedgerClient, opts: FanoutOptions) -> None:
         self.client, self.opts = client, opts
-        self._source: LedgerClient | None = None
         self._known: dict[str, Namespace] = {}
 
     def get(self, name: str) -> Namespace:
+        from ledger_client import errors
         from ledger_client.stream.replica import replica_namespace
 
         ns = self._known.get(name)
         if ns is None:
-            if self.opts.source_zk is not None and self._source is None:
-                self._source = connect_cluster(self.opts.source_zk, self.opts.source_client_conf, **TASK_TIMEOUTS)
-            ns = self._known[name] = replica_namespace(self.client, self._source, name)
+            try:
+                ns = self.client.namespace(name)
+            except errors.NoSuchNamespaceError:
+                if self.opts.source_zk is None:
+                    raise
+                with task_client(self.opts.source_zk, self.opts.source_client_conf) as source:
+                    ns = replica_namespace(self.client, source, name)
+            self._known[name] = ns
         return ns
-
-    def close(self) -> None:
-        if self._source is not None:
-            self._source.close()
 
 
 def split_key(key: str) -> tuple[str, str]:
@@ -93,27 +90,24 @@ def write_task(opts: FanoutOptions, batch: SparkBatch | None, batches: Iterator[
     partition = ctx.partitionId() if ctx is not None else 0
     if batch is None:
         batch = streaming_batch(ctx)
-    client = connect(opts)
-    spaces = _Namespaces(client, opts)
-    writers: dict[str, TaskLedgerWriter] = {}
-    try:
-        for rb in batches:
-            for key, rows in _by_stream(rb):
-                w = writers.get(key)
-                if w is None:
-                    ns, stream = split_key(key)
-                    w = writers[key] = TaskLedgerWriter(spaces.get(ns), stream, batch, partition,
-                                                        relative_txids=not opts.has_txid)
-                _add(w, rows, opts)
-        done = tuple((key, t) for key, w in sorted(writers.items()) if (t := w.finish()) is not None)
-        return FanoutMessage(done, batch)
-    except BaseException:
-        for w in writers.values():
-            w.discard()
-        raise
-    finally:
-        spaces.close()
-        client.close()
+    with task_client(opts.zk, opts.client_conf) as client:
+        spaces = _Namespaces(client, opts)
+        writers: dict[str, TaskLedgerWriter] = {}
+        try:
+            for rb in batches:
+                for key, rows in _by_stream(rb):
+                    w = writers.get(key)
+                    if w is None:
+                        ns, stream = split_key(key)
+                        w = writers[key] = TaskLedgerWriter(spaces.get(ns), stream, batch, partition,
+                                                            relative_txids=not opts.has_txid)
+                    _add(w, rows, opts)
+            done = tuple((key, t) for key, w in sorted(writers.items()) if (t := w.finish()) is not None)
+            return FanoutMessage(done, batch)
+        except BaseException:
+            for w in writers.values():
+                w.discard()
+            raise
 
 
 def _by_stream(rb: pa.RecordBatch) -> Iterator[tuple[str, pa.RecordBatch]]:
@@ -156,23 +150,20 @@ def commit_batch(opts: FanoutOptions, batch: SparkBatch, messages: Sequence[Writ
         for key, task in m.tasks:
             per_stream.setdefault(key, []).append(task)
     linked = 0
-    with connect(opts) as client:
+    with task_client(opts.zk, opts.client_conf) as client:
         spaces = _Namespaces(client, opts)
-        try:
-            for key, tasks in sorted(per_stream.items()):
-                ns_name, stream = split_key(key)
-                ns = spaces.get(ns_name)
-                done = link_task_ledgers(ns, stream, batch, tasks, opts.lock_timeout_ms,
-                                         owner_name(f"{batch.key}#{batch.batch_id}"))
-                linked += done
-                if not done:
-                    log.info("ledger sink: %s#%d was committed to %s before: nothing added", batch.key,
-                             batch.batch_id, key)
-                    delete_unlinked(client, ns, stream, [t.ledger_id for t in tasks])
-                if sweep or not done:
-                    collect_orphans(client, ns, stream, opts.orphan_grace_ms, batch)
-        finally:
-            spaces.close()
+        for key, tasks in sorted(per_stream.items()):
+            ns_name, stream = split_key(key)
+            ns = spaces.get(ns_name)
+            done = link_task_ledgers(ns, stream, batch, tasks, opts.lock_timeout_ms,
+                                     owner_name(f"{batch.key}#{batch.batch_id}"))
+            linked += done
+            if not done:
+                log.info("ledger sink: %s#%d was committed to %s before: nothing added", batch.key,
+                         batch.batch_id, key)
+                delete_unlinked(client, ns, stream, [t.ledger_id for t in tasks])
+            if sweep or not done:
+                collect_orphans(client, ns, stream, opts.orphan_grace_ms, batch)
     return linked
 
 
@@ -185,7 +176,7 @@ def abort_batch(opts: FanoutOptions, messages: Sequence[WriterCommitMessage | No
                 per_stream.setdefault(key, []).append(task.ledger_id)
     if not per_stream:
         return
-    with connect(opts) as client:
+    with task_client(opts.zk, opts.client_conf) as client:
         for key, lids in per_stream.items():
             ns_name, stream = split_key(key)
             delete_unlinked(client, client.namespace(ns_name), stream, lids)
@@ -246,6 +237,6 @@ def _checked_build(options: Mapping[str, str], schema: StructType, overwrite: bo
     if overwrite:
         raise IncorrectParameterError("a stream is append-only: use mode('append'), not overwrite")
     opts = FanoutOptions.parse(options, schema)
-    with connect(opts):
+    with task_client(opts.zk, opts.client_conf):
         pass   # the cluster is reachable (and its credentials good) before any task runs
     return opts

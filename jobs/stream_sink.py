@@ -33,7 +33,7 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
 
-from jobs.connect import TASK_TIMEOUTS
+from jobs.connect import TASK_TIMEOUTS, task_client
 from jobs.connect import connect as connect_cluster
 from jobs.options import SinkOptions
 from ledger_client.errors import IncorrectParameterError
@@ -74,8 +74,7 @@ def write_task(opts: SinkOptions, batch: SparkBatch | None, batches: Iterator[pa
     partition = ctx.partitionId() if ctx is not None else 0
     if batch is None:  # streaming: the query and micro-batch come with the task
         batch = streaming_batch(ctx)
-    client = connect(opts)
-    try:
+    with task_client(opts.zk, opts.client_conf) as client:
         ns = client.namespace(opts.namespace)
         w = TaskLedgerWriter(ns, opts.stream, batch, partition, relative_txids=not opts.has_txid)
         try:
@@ -86,8 +85,6 @@ def write_task(opts: SinkOptions, batch: SparkBatch | None, batches: Iterator[pa
             w.discard()
             raise
         return SinkMessage(task, batch)
-    finally:
-        client.close()
 
 
 def streaming_batch(ctx: Any) -> SparkBatch:

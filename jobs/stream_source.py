@@ -24,7 +24,7 @@ import pyarrow.compute as pc
 from pyspark.sql.datasource import DataSourceReader, Filter, InputPartition
 from pyspark.sql.types import StructType
 
-from .connect import TASK_TIMEOUTS
+from .connect import TASK_TIMEOUTS, task_client
 from .connect import connect as connect_cluster
 from .decode import decode_payload
 from .options import StreamSourceOptions, matches
@@ -237,19 +237,23 @@ def _moved(client: LedgerClient, span: StreamSpan) -> StreamSpan | None:
 
 def read_stream_spans(opts: StreamSourceOptions, spans: Sequence[StreamSpan],
                       schema: StructType) -> Iterator[pa.RecordBatch]:
-    """The task body: one client for the task, closed in a finally."""
+    """The task body, on the client this Python worker keeps for the cluster (jobs/connect.task_client)."""
     target = arrow_schema_of(schema)
     if not spans:
         return
-    client = connect(opts) if any(s.tier is None for s in spans) else None
-    try:
-        for span in spans:
-            for rows in read_span(client, span):  # type: ignore[arg-type]
-                for batch in rows.to_batches():
-                    yield to_target(batch, opts, target)
-    finally:
-        if client is not None:
-            client.close()
+    if all(s.tier is not None for s in spans):
+        yield from _spans_rows(None, spans, opts, target)
+        return
+    with task_client(opts.zk, opts.client_conf) as client:
+        yield from _spans_rows(client, spans, opts, target)
+
+
+def _spans_rows(client: LedgerClient | None, spans: Sequence[StreamSpan], opts: StreamSourceOptions,
+                target: pa.Schema) -> Iterator[pa.RecordBatch]:
+    for span in spans:
+        for rows in read_span(client, span):  # type: ignore[arg-type]
+            for batch in rows.to_batches():
+                yield to_target(batch, opts, target)
 
 
 def to_target(batch: pa.RecordBatch, opts: StreamSourceOptions, target: pa.Schema) -> pa.RecordBatch:

@@ -128,7 +128,8 @@ class StreamTailReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             if first < hi[k]:
                 ranges[k] = (first, hi[k])
         extents = [x for k, (_v, xs) in found.items() if k in ranges for x in xs]
-        plans = plan_stream_spans(extents, ranges, StreamPushdown(), self.opts.entries_per_partition)
+        plans = plan_stream_spans(extents, ranges, StreamPushdown(), self.opts.entries_per_partition,
+                                  self.opts.min_partitions)
         return [StreamPartition(p) for p in plans]
 
     def commit(self, end: dict[str, str]) -> None:

@@ -317,6 +317,10 @@ class LedgerCore:
         if self._closed:
             raise errors.LedgerError("client is closed")
 
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
     def close(self) -> None:
         if self._closed:
             return
