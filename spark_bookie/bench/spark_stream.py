@@ -127,7 +127,7 @@ def bench_spark_stream(args: argparse.Namespace) -> int:
     from ledger_client import LedgerClient
     from spark_bookie.local.sandbox import Sandbox
 
-    rows = 100_000 if args.quick else args.rows
+    rows = 20_000 if args.quick else args.rows
     root = Path(tempfile.mkdtemp(prefix="bench-spark-stream-"))
     res: dict[str, Any] = {"rows": rows, "payload_bytes": PAYLOAD_BYTES, "load_average_at_start": os.getloadavg()}
     spark = None
