@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 
 import pytest
+from bookie_helpers import module_cluster
 from client_helpers import client, data
 
 from ledger_client import DigestType, LedgerEntry, LedgerState, errors
@@ -14,9 +15,11 @@ from ledger_client.transport import BookieClient
 
 pytestmark = pytest.mark.integration
 
+sb = module_cluster(3, "Three bookies for the module: each test writes ledgers of its own and none stops a "
+                       "bookie (the striping test starts four bookies of its own).")
 
-def test_write_read_close_reopen(cluster_factory):
-    sb = cluster_factory(3)
+
+def test_write_read_close_reopen(sb):
     with client(sb) as c:
         w = c.create_ledger(3, 3, 2, DigestType.CRC32C, b"pw", {"app": b"test"})
         ids = [w.append(data(w.ledger_id, i)) for i in range(50)]
@@ -42,8 +45,7 @@ def test_write_read_close_reopen(cluster_factory):
 
 
 @pytest.mark.parametrize("digest", list(DigestType))
-def test_every_digest_type_round_trips(cluster_factory, digest):
-    sb = cluster_factory(3)
+def test_every_digest_type_round_trips(sb, digest):
     with client(sb) as c, c.create_ledger(3, 2, 2, digest, b"secret") as w:
         for i in range(20):
             w.append(data(1, i, 300))
@@ -51,8 +53,7 @@ def test_every_digest_type_round_trips(cluster_factory, digest):
         assert [e.data for e in r.read(0, r.read_last_add_confirmed())] == [data(1, i, 300) for i in range(19)]
 
 
-def test_parameter_validation_and_bad_input(cluster_factory):
-    sb = cluster_factory(3)
+def test_parameter_validation_and_bad_input(sb):
     with client(sb) as c:
         for bad in [(2, 3, 2), (3, 2, 3), (3, 3, 0), (0, 0, 0)]:
             with pytest.raises(errors.IncorrectParameterError):
@@ -102,8 +103,7 @@ def test_striping_puts_each_entry_on_its_write_set(cluster_factory):
         assert [x.data for x in r.read(0, 39)] == [data(w.ledger_id, i) for i in range(40)]
 
 
-def test_ten_thousand_async_appends_complete_in_order(cluster_factory):
-    sb = cluster_factory(3)
+def test_ten_thousand_async_appends_complete_in_order(sb):
     with client(sb) as c:
         w = c.create_ledger(3, 3, 2)
         order: list[int] = []
@@ -121,11 +121,10 @@ def test_ten_thousand_async_appends_complete_in_order(cluster_factory):
         assert [e.data for e in r.read(9_990, 9_999)] == [data(w.ledger_id, i, 100) for i in range(9_990, 10_000)]
 
 
-def test_appends_from_several_threads_at_once_all_land_under_their_ids(cluster_factory):
+def test_appends_from_several_threads_at_once_all_land_under_their_ids(sb):
     """A handle is shared by threads: each add is sent after the writer's lock is released, so two
     threads' adds may reach a bookie in either order; every entry must still be stored under the
     id its future returned, and complete in id order."""
-    sb = cluster_factory(3)
     threads_n, per_thread = 4, 500
     with client(sb) as c:
         w = c.create_ledger(3, 3, 2)
@@ -159,8 +158,7 @@ def test_appends_from_several_threads_at_once_all_land_under_their_ids(cluster_f
         assert {e.entry_id: e.data for e in r.read(0, total - 1)} == written
 
 
-def test_reader_lac_lags_by_one_and_explicit_lac_closes_the_gap(cluster_factory):
-    sb = cluster_factory(3)
+def test_reader_lac_lags_by_one_and_explicit_lac_closes_the_gap(sb):
     with client(sb) as writer_client, client(sb) as reader_client:
         w = writer_client.create_ledger(3, 3, 2)
         for i in range(10):
@@ -187,8 +185,7 @@ def test_reader_lac_lags_by_one_and_explicit_lac_closes_the_gap(cluster_factory)
         assert r.read(9, 9)[0].data == data(w.ledger_id, 9)
 
 
-def test_tail_follows_a_ledger_being_written(cluster_factory):
-    sb = cluster_factory(3)
+def test_tail_follows_a_ledger_being_written(sb):
     with client(sb) as wc, client(sb) as rc:
         w = wc.create_ledger(3, 3, 2)
         seen: list[int] = []
@@ -209,8 +206,7 @@ def test_tail_follows_a_ledger_being_written(cluster_factory):
         assert seen == list(range(200))
 
 
-def test_read_last_add_confirmed_and_entry_long_polls(cluster_factory):
-    sb = cluster_factory(3)
+def test_read_last_add_confirmed_and_entry_long_polls(sb):
     with client(sb) as wc, client(sb) as rc:
         w = wc.create_ledger(3, 3, 2)
         w.append(b"zero")
