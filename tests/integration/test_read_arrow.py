@@ -7,6 +7,7 @@ import random
 
 import pyarrow as pa
 import pytest
+from bookie_helpers import module_cluster
 from client_helpers import bookie_of, client, data
 
 from ledger_client import AsyncLedgerClient, DigestType, errors
@@ -15,6 +16,9 @@ from ledger_client.protocol.framing import HEADER_BYTES, Digester, master_key
 from ledger_client.transport import BookieClient
 
 pytestmark = pytest.mark.integration
+
+sb = module_cluster(3, "Three bookies for the module: each test reads ledgers of its own and none stops a "
+                       "bookie (the dead-replica test starts four bookies of its own).")
 
 SCHEMA = pa.schema([("ledger_id", pa.int64()), ("entry_id", pa.int64()), ("payload", pa.binary())])
 
@@ -30,9 +34,8 @@ def _check_same(r, first: int, last: int) -> None:
     assert _as_rows(batch) == [(x.ledger_id, x.entry_id, x.data) for x in r.read(first, last)]
 
 
-def test_same_entries_as_read_plain_and_striped(cluster_factory, seed):
+def test_same_entries_as_read_plain_and_striped(sb, seed):
     rng = random.Random(seed)
-    sb = cluster_factory(3)
     # Small range reads: a 700-entry ledger takes many chunks, read in parallel from all replicas.
     with client(sb, read_batch_entries_max=64) as c:
         for e, qw in ((3, 3), (3, 2)):
@@ -86,8 +89,7 @@ def _hand_written_ledger(c, digest_type: DigestType, corrupt: dict[int, set[int]
 
 
 @pytest.mark.parametrize("digest_type", [DigestType.CRC32C, DigestType.CRC32, DigestType.HMAC])
-def test_corrupt_copies_are_skipped(cluster_factory, digest_type):
-    sb = cluster_factory(3)
+def test_corrupt_copies_are_skipped(sb, digest_type):
     with client(sb, read_batch_entries_max=16) as c:
         # Every replica is corrupt somewhere, never two on the same entry: only failover gets it all.
         lid = _hand_written_ledger(c, digest_type, {0: {3, 20}, 1: {7, 21}, 2: {0, 39}})
@@ -102,8 +104,7 @@ def test_corrupt_copies_are_skipped(cluster_factory, digest_type):
         assert r.read_arrow(0, 4).num_rows == 5
 
 
-def test_range_rules_and_async(cluster_factory):
-    sb = cluster_factory(3)
+def test_range_rules_and_async(sb):
     with client(sb) as c:
         w = c.create_ledger(3, 3, 2)
         r0 = c.open_ledger(w.ledger_id, b"", recovery=False)
