@@ -6,7 +6,7 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from bookie_helpers import wait_until
+from bookie_helpers import module_cluster, wait_until
 from client_helpers import bookie_of, client, data
 
 from ledger_client import LedgerState, errors
@@ -16,6 +16,9 @@ from ledger_client.transport import BookieClient
 from metadata import transitions
 
 pytestmark = pytest.mark.integration
+
+sb = module_cluster(3, "Three bookies for the tests that stop none (each recovers ledgers of its own); "
+                       "a test that kills or restarts a bookie starts bookies of its own.")
 
 
 def test_writer_is_fenced_by_recovery_open_only(cluster_factory):
@@ -43,8 +46,7 @@ def test_writer_is_fenced_by_recovery_open_only(cluster_factory):
             assert bc.add(w.ledger_id, 12, master_key(b"pw"), body).result(10).status == pb.EFENCED
 
 
-def test_parallel_recovery_opens_agree(cluster_factory):
-    sb = cluster_factory(3)
+def test_parallel_recovery_opens_agree(sb):
     with client(sb) as wc:
         w = wc.create_ledger(3, 3, 2)
         futs = [w.append_async(data(w.ledger_id, i)) for i in range(300)]
@@ -64,10 +66,9 @@ def test_parallel_recovery_opens_agree(cluster_factory):
                 c.close()
 
 
-def test_tail_on_one_bookie_only_is_recovered_and_rereplicated(cluster_factory):
+def test_tail_on_one_bookie_only_is_recovered_and_rereplicated(sb):
     """With Qa = 1 an entry on a single bookie may have been acknowledged: recovery must keep it
     (no write set can show Qw - Qa + 1 = 3 "no such entry" answers) and copy it to all three."""
-    sb = cluster_factory(3)
     with client(sb) as c:
         lid, ensemble = _writer_crashed_leaving(c, 1, {10: [0]})   # entry 10 reached one bookie only
         with client(sb) as rc:
@@ -97,12 +98,11 @@ def _writer_crashed_leaving(c, ack_quorum: int, tail: dict[int, list[int]]) -> t
 
 
 @pytest.mark.parametrize("window", [1, 3, 64])
-def test_recovery_reads_ahead_but_ends_at_the_first_missing_entry(cluster_factory, window):
+def test_recovery_reads_ahead_but_ends_at_the_first_missing_entry(sb, window):
     """A recovery open reads `recovery_read_window_entries` entries ahead. The writer "crashed"
     leaving entries 10 and 11 on every bookie unconfirmed, 12 nowhere and 13 everywhere (sent
     after 12, which never arrived): 13 is read ahead and found, yet the ledger must end at 11, as
     reading one entry at a time decides, and 13 must not become part of the ledger."""
-    sb = cluster_factory(3)
     with client(sb) as c:
         everywhere = [0, 1, 2]
         lid, _ = _writer_crashed_leaving(c, 2, {10: everywhere, 11: everywhere, 13: everywhere})
@@ -156,10 +156,9 @@ def test_recovery_without_a_spare_waits_for_one_to_join(cluster_factory):
             assert [e.data for e in r.read(0, 5)] == [data(w.ledger_id, i) for i in range(6)]
 
 
-def test_old_writer_cannot_commit_after_the_new_close(cluster_factory):
+def test_old_writer_cannot_commit_after_the_new_close(sb):
     """TLA+ race 1: entries in flight when recovery fences must not be acknowledged afterwards
     beyond the end recovery chose."""
-    sb = cluster_factory(3)
     with client(sb) as wc, client(sb) as rc:
         w = wc.create_ledger(3, 3, 2)
         acked: list[int] = []
