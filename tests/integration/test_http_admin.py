@@ -4,28 +4,39 @@ method, JSON errors, never a traceback)."""
 
 from __future__ import annotations
 
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
 import pytest
 from bookie_helpers import wait_until
 from client_helpers import client
 from http_helpers import call, call_json
 
+from spark_bookie.local.sandbox import Sandbox
 from spark_bookie.local.zookeeper import free_port
 
 pytestmark = pytest.mark.integration
 
 
-@pytest.fixture
-def cluster(cluster_factory):
-    """Three bookies with HTTP ports, one ledger of ten entries written E3/Qw3/Qa2."""
-    sb = cluster_factory(0)
-    for _ in range(3):
-        sb.add_bookie(http_port=free_port())
-    with client(sb) as c:
-        w = c.create_ledger(3, 3, 2)
-        for i in range(10):
-            w.append(f"entry {i}".encode())
-        w.close()
-        yield sb, f"http://127.0.0.1:{sb.bookies[0].settings['http_port']}", w.ledger_id, c
+@pytest.fixture(scope="module")
+def cluster(zk_server: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Sandbox, str, int, Any]]:
+    """Three bookies with HTTP ports, one ledger of ten entries written E3/Qw3/Qa2: one cluster for
+    the read-only calls of the module (a test that deletes creates the ledger it deletes)."""
+    sb = Sandbox(tmp_path_factory.mktemp("cluster"), 0, zk_connect=f"{zk_server}/t-{uuid.uuid4().hex[:12]}/ledgers",
+                 bookie_settings={"zk_session_timeout_ms": 4000, "gc_interval_ms": 3_600_000})
+    sb.start()
+    try:
+        for _ in range(3):
+            sb.add_bookie(http_port=free_port())
+        with client(sb) as c:
+            w = c.create_ledger(3, 3, 2)
+            for i in range(10):
+                w.append(f"entry {i}".encode())
+            w.close()
+            yield sb, f"http://127.0.0.1:{sb.bookies[0].settings['http_port']}", w.ledger_id, c
+    finally:
+        sb.stop()
 
 
 def test_health_state_and_info(cluster):
@@ -100,7 +111,11 @@ def test_error_cases_are_json(cluster, path, status):
 
 
 def test_destructive_calls_need_their_method(cluster):
-    _sb, url, lid, c = cluster
+    _sb, url, _lid, c = cluster
+    w = c.create_ledger(3, 3, 2)   # a ledger of its own to delete: the module's stays for the others
+    w.append(b"to be deleted")
+    w.close()
+    lid = w.ledger_id
     assert call_json(url + f"/api/v1/ledger/delete?ledger_id={lid}")[0] == 405
     assert call_json(url + "/api/v1/autorecovery/decommission")[0] == 405
     assert call_json(url + "/metrics", "POST")[0] == 405
