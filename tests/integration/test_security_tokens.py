@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import socket
 import time
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
@@ -20,6 +22,7 @@ from ledger_client.protocol import bookkeeper_pb2_grpc as pb_grpc
 from ledger_client.protocol.tcp_framing import ADD_HELLO, ADD_HELLO_AUTH, frame, read_frames
 from ledger_client.transport import BookieClient
 from ledger_client.transport.credentials import Credentials
+from spark_bookie.local.sandbox import Sandbox
 from spark_bookie.server.auth import mint_token
 
 pytestmark = pytest.mark.integration
@@ -32,6 +35,23 @@ def _secure_cluster(cluster_factory, tmp_path: Path, bookies: int = 2):
     secret = tmp_path / "token-secret"
     secret.write_bytes(SECRET + b"\n")
     return cluster_factory(bookies, auth_enabled=True, auth_token_secret_path=str(secret))
+
+
+@pytest.fixture(scope="module")
+def sb(zk_server: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sandbox]:
+    """Two bookies with token authentication on (SECRET), for the module's tests that write and
+    read ledgers of their own; a test that needs other bookies starts its own."""
+    root = tmp_path_factory.mktemp("secure")
+    secret = root / "token-secret"
+    secret.write_bytes(SECRET + b"\n")
+    s = Sandbox(root / "cluster", 2, zk_connect=f"{zk_server}/t-{uuid.uuid4().hex[:12]}/ledgers",
+                bookie_settings={"zk_session_timeout_ms": 4000, "gc_interval_ms": 3_600_000,
+                                 "auth_enabled": True, "auth_token_secret_path": str(secret)})
+    s.start()
+    try:
+        yield s
+    finally:
+        s.stop()
 
 
 def _client(sb, token: str | None, **cfg) -> LedgerClient:
@@ -74,8 +94,7 @@ def _entries_on_bookies(sb, ledger_id: int) -> list[int]:
 
 
 @pytest.mark.parametrize("transport", ["tcp", "grpc"])
-def test_a_client_with_a_valid_token_writes_and_reads(cluster_factory, tmp_path, transport):
-    sb = _secure_cluster(cluster_factory, tmp_path)
+def test_a_client_with_a_valid_token_writes_and_reads(sb, transport):
     with _client(sb, _good(), bookie_add_transport=transport, bookie_read_transport=transport) as c:
         w = c.create_ledger(ensemble_size=2, write_quorum_size=2, ack_quorum_size=2,
                             digest_type=DigestType.CRC32C, password=PW)
@@ -88,8 +107,7 @@ def test_a_client_with_a_valid_token_writes_and_reads(cluster_factory, tmp_path,
 
 
 @pytest.mark.parametrize("transport", ["tcp", "grpc"])
-def test_clients_without_a_valid_token_write_nothing(cluster_factory, tmp_path, transport):
-    sb = _secure_cluster(cluster_factory, tmp_path)
+def test_clients_without_a_valid_token_write_nothing(sb, transport):
     for what, token in _bad_tokens().items():
         with _client(sb, token, bookie_add_transport=transport) as c:
             w = c.create_ledger(ensemble_size=2, write_quorum_size=2, ack_quorum_size=2,
@@ -101,8 +119,7 @@ def test_clients_without_a_valid_token_write_nothing(cluster_factory, tmp_path, 
 
 
 @pytest.mark.parametrize("transport", ["tcp", "grpc"])
-def test_clients_without_a_valid_token_read_nothing_and_fence_nothing(cluster_factory, tmp_path, transport):
-    sb = _secure_cluster(cluster_factory, tmp_path)
+def test_clients_without_a_valid_token_read_nothing_and_fence_nothing(sb, transport):
     with _client(sb, _good()) as good:
         w = good.create_ledger(ensemble_size=2, write_quorum_size=2, ack_quorum_size=2,
                                digest_type=DigestType.CRC32C, password=PW)
@@ -185,12 +202,11 @@ def _wait_until(t_s: float) -> None:
 
 
 @pytest.mark.parametrize("transport", ["tcp", "grpc"])
-def test_an_open_connection_is_served_only_while_its_token_is_valid(cluster_factory, tmp_path, transport):
+def test_an_open_connection_is_served_only_while_its_token_is_valid(sb, tmp_path, transport):
     """A TCP connection (or gRPC add stream) does not outlive its token: a client whose token file
     rotates sends the new token on its open connections and goes on past the old one's expiry (no bookie replaced); a
     client whose token is not renewed is refused once it expires (UnauthorizedAccessError, not a
     dead bookie), and the bookies hold nothing it wrote after."""
-    sb = _secure_cluster(cluster_factory, tmp_path, bookies=2)
     token_file = tmp_path / "rotating-token"
     token_file.write_text(mint_token(SECRET, "rotating", "client", ttl_s=4))
     first_expiry_s = time.time() + 4
