@@ -9,6 +9,7 @@ import sys
 import textwrap
 
 import pytest
+from bookie_helpers import module_cluster
 from client_helpers import client
 from stream_helpers import read_all
 
@@ -16,6 +17,9 @@ from jobs.stream_tiering import STEPS, TieringConfig, tier_streams
 from ledger_client import errors
 
 pytestmark = pytest.mark.integration
+
+sb = module_cluster(3, "Three bookies for the interrupted-tiering tests, each in a namespace of its own "
+                       "(no test stops a bookie).")
 
 
 class Crash(Exception):
@@ -91,11 +95,11 @@ def test_tier_twice_adds_nothing_and_readers_see_every_record(cluster_factory, t
 
 
 @pytest.mark.parametrize("step", STEPS)
-def test_tiering_interrupted_after_each_step_then_rerun(cluster_factory, tmp_path, step):
-    sb = cluster_factory(3)
+def test_tiering_interrupted_after_each_step_then_rerun(sb, tmp_path, step):
     table = str(tmp_path / "t")
+    stream = f"crash-{step}/s"   # a namespace of its own on the module's cluster
     with client(sb) as c:
-        ns = c.create_namespace("ns", segment_rolling_bytes=2_000, output_buffer_bytes=300)
+        ns = c.create_namespace(stream.split("/")[0], segment_rolling_bytes=2_000, output_buffer_bytes=300)
         w, _ = fill(ns, "s", 300)
 
         def crash(name: str) -> None:
@@ -103,9 +107,9 @@ def test_tiering_interrupted_after_each_step_then_rerun(cluster_factory, tmp_pat
                 raise Crash(name)
 
         with pytest.raises(Crash):
-            tier_streams(TieringConfig(sb.connect_string, table, "ns/s"), hook=crash)
+            tier_streams(TieringConfig(sb.connect_string, table, stream), hook=crash)
         assert len(read_all(ns, "s", 301)) == 301       # readable between the steps too
-        rerun = tier_streams(TieringConfig(sb.connect_string, table, "ns/s"))
+        rerun = tier_streams(TieringConfig(sb.connect_string, table, stream))
         if step == "written":
             assert rerun.written    # files of the crashed run were never committed: written again
         else:
@@ -127,16 +131,16 @@ KILLER = textwrap.dedent("""
 
 
 @pytest.mark.parametrize("step", ["committed", "marked", "deleted"])
-def test_tiering_process_killed_after_a_step_then_rerun(cluster_factory, tmp_path, step):
-    sb = cluster_factory(3)
+def test_tiering_process_killed_after_a_step_then_rerun(sb, tmp_path, step):
     table = str(tmp_path / "t")
+    stream = f"killed-{step}/s"   # a namespace of its own on the module's cluster
     with client(sb) as c:
-        ns = c.create_namespace("ns", segment_rolling_bytes=2_000, output_buffer_bytes=300)
+        ns = c.create_namespace(stream.split("/")[0], segment_rolling_bytes=2_000, output_buffer_bytes=300)
         w, _ = fill(ns, "s", 250)
-        proc = subprocess.run([sys.executable, "-c", KILLER, sb.connect_string, table, "ns/s", step],
+        proc = subprocess.run([sys.executable, "-c", KILLER, sb.connect_string, table, stream, step],
                               capture_output=True, text=True, timeout=120)
         assert proc.returncode == -9, proc.stderr[-2000:]
-        tier_streams(TieringConfig(sb.connect_string, table, "ns/s"))
+        tier_streams(TieringConfig(sb.connect_string, table, stream))
         check_exactly_once(c, ns, "s", 250, table)
         w.close()
 
