@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from bookie_helpers import module_cluster
 from client_helpers import client, data
 
 from ledger_client import DigestType, errors
@@ -11,6 +12,8 @@ from ledger_client.protocol.framing import HEADER_BYTES, Digester, master_key
 from ledger_client.transport import BookieClient
 
 pytestmark = pytest.mark.integration
+
+sb = module_cluster(3, "Three bookies for the module: each case writes a ledger of its own by hand.")
 
 
 def _corrupt(body: bytes) -> bytes:
@@ -21,8 +24,7 @@ def _corrupt(body: bytes) -> bytes:
 
 
 @pytest.mark.parametrize("bad_replicas", [1, 2, 3])
-def test_corrupt_replicas_are_skipped(cluster_factory, bad_replicas):
-    sb = cluster_factory(3)
+def test_corrupt_replicas_are_skipped(sb, bad_replicas):
     with client(sb) as c:
         w = c.create_ledger(3, 3, 2, DigestType.CRC32C, b"pw")
         lid = w.ledger_id
