@@ -7,6 +7,7 @@ import threading
 import time
 
 import pytest
+from bookie_helpers import module_cluster
 from client_helpers import client
 from stream_helpers import WriterProcess, payload, read_all
 
@@ -14,6 +15,9 @@ from ledger_client import DLSN, errors
 from metadata.zk.testing import expire_session
 
 pytestmark = pytest.mark.integration
+
+sb = module_cluster(3, "Three bookies for the tests that stop nothing, each in a namespace of its own; a test "
+                       "that kills a process, stops ZooKeeper or lists every namespace starts its own.")
 
 
 def test_write_read_info_and_positions(cluster_factory):
@@ -41,11 +45,10 @@ def test_write_read_info_and_positions(cluster_factory):
         assert by_txid[0].txid == 700 and len(by_txid) == 400
 
 
-def test_reader_across_many_segments_and_tailing_a_live_writer(cluster_factory, seed):
+def test_reader_across_many_segments_and_tailing_a_live_writer(sb, seed):
     rng = random.Random(seed)
-    sb = cluster_factory(3)
     with client(sb) as c:
-        ns = c.create_namespace("ns", segment_rolling_bytes=2_000, output_buffer_bytes=400)  # >= 10 segments
+        ns = c.create_namespace("many-segments", segment_rolling_bytes=2_000, output_buffer_bytes=400)  # >= 10 segments
         w = ns.open_writer("s")
         tail = ns.open_reader("s")
         got: list = []
@@ -78,10 +81,9 @@ def test_reader_across_many_segments_and_tailing_a_live_writer(cluster_factory, 
         w.close()
 
 
-def test_tailing_reader_sees_an_idle_writers_last_record_promptly(cluster_factory):
-    sb = cluster_factory(3)
+def test_tailing_reader_sees_an_idle_writers_last_record_promptly(sb):
     with client(sb) as c:
-        ns = c.create_namespace("ns")
+        ns = c.create_namespace("idle-writer")
         with ns.open_writer("s") as w, ns.open_reader("s", start="latest") as r:
             for i in range(20):
                 sent = time.monotonic()
@@ -140,24 +142,22 @@ def test_two_writers_racing_only_the_lock_holder_gets_acks(cluster_factory):
         assert [r.txid for r in read_all(cb.namespace("ns"), "s", 20)] == list(range(10)) + list(range(100, 110))
 
 
-def test_second_live_writer_waits_then_is_refused(cluster_factory):
-    sb = cluster_factory(3)
+def test_second_live_writer_waits_then_is_refused(sb):
     with client(sb) as c1, client(sb) as c2:
-        w1 = c1.create_namespace("ns").open_writer("s")
+        w1 = c1.create_namespace("two-writers").open_writer("s")
         w1.write(b"x")
         t0 = time.monotonic()
         with pytest.raises(errors.StreamLockedError):
-            c2.namespace("ns").open_writer("s", lock_timeout_ms=1_000)
+            c2.namespace("two-writers").open_writer("s", lock_timeout_ms=1_000)
         assert 0.9 < time.monotonic() - t0 < 10
         w1.close()
-        with c2.namespace("ns").open_writer("s", lock_timeout_ms=5_000) as w2:
+        with c2.namespace("two-writers").open_writer("s", lock_timeout_ms=5_000) as w2:
             assert w2.write(b"y") == DLSN(2, 0, 0)
 
 
-def test_truncation_and_retention(cluster_factory):
-    sb = cluster_factory(3)
+def test_truncation_and_retention(sb):
     with client(sb) as c:
-        ns = c.create_namespace("ns", segment_rolling_bytes=1_000)
+        ns = c.create_namespace("truncation", segment_rolling_bytes=1_000)
         with ns.open_writer("s") as w:
             dlsns = [w.write_async(payload(i)).result(30) for i in range(300)]
             segs_before = ns.stream_info("s").segments
@@ -179,10 +179,9 @@ def test_truncation_and_retention(cluster_factory):
         assert read_all(ns, "s", 1)[0].dlsn >= kept.segments[0].first_dlsn
 
 
-def test_end_of_stream(cluster_factory):
-    sb = cluster_factory(3)
+def test_end_of_stream(sb):
     with client(sb) as c:
-        ns = c.create_namespace("ns")
+        ns = c.create_namespace("end-of-stream")
         w = ns.open_writer("s")
         for i in range(5):
             w.write(payload(i))
