@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import signal
 import sys
 import threading
@@ -99,9 +100,26 @@ def _stop_on_signals() -> threading.Event:
     return stopping
 
 
+PERMANENT_ERRORS = ("UnauthorizedAccessError", "IncorrectParameterError", "TransactionIdOutOfOrderError",
+                    "NoSuchNamespaceError", "EndOfStreamError", "InvalidMetadataError", "PositionPastEndError")
+"""Failures a restart cannot cure (credentials, input, a replica that is not a copy): the
+replicator stops with them. Any other failure (a cluster unreachable, a bookie lost mid-batch,
+a ZooKeeper session gone) restarts the query on its checkpoint after a back-off."""
+RESTART_DELAY_S = (1.0, 30.0)   # back-off between restarts: from, up to (doubling)
+
+
+_RAISED = re.compile(r"^(?:[\w.]+\.)?(\w+Error): ", re.M)   # a traceback's last line: "mod.NameError: message"
+
+
+def permanent(error: BaseException) -> bool:
+    """Whether the query's error (a Python traceback inside Spark's) was one of PERMANENT_ERRORS."""
+    return any(m.group(1) in PERMANENT_ERRORS for m in _RAISED.finditer(str(error)))
+
+
 def run(cfg: ReplicationConfig, ready: Any = None) -> int:
-    """Run the replication until the query stops (an error, or SIGTERM/SIGINT). ``ready(port)``
-    is called once the query and the metrics run (the port /metrics is served on, or None)."""
+    """Run the replication until SIGTERM/SIGINT, or until the query fails for a reason a restart
+    cannot cure (then that error is raised). ``ready(port)`` is called once the query and the
+    metrics run (the port /metrics is served on, or None)."""
     from jobs.replication_monitor import Monitor
 
     cfg = prepared(cfg)
@@ -112,22 +130,45 @@ def run(cfg: ReplicationConfig, ready: Any = None) -> int:
         if starting:
             log.info("new checkpoint: streams resume where their replicas end: %s", starting)
         spark = spark_session(cfg)
-        query = start_query(spark, cfg, starting)
-        monitor = Monitor(cfg, source, target, query)
+        monitor = Monitor(cfg, source, target, start_query(spark, cfg, starting))
         monitor.start()
         stopping = _stop_on_signals()
         try:
             if ready is not None:
                 ready(monitor.port)
-            while query.isActive and not stopping.is_set():
-                query.awaitTermination(1)
-            if query.exception() is not None:
-                raise query.exception()
+            _supervise(spark, cfg, monitor, stopping)
         finally:
             monitor.stop()
-            if query.isActive:
-                query.stop()
+            if monitor.query.isActive:
+                monitor.query.stop()
         return 0
     finally:
         source.close()
         target.close()
+
+
+def _supervise(spark: Any, cfg: ReplicationConfig, monitor: Any, stopping: threading.Event) -> None:
+    """Wait on the query; restart it on its checkpoint when it fails for a reason that may pass
+    (back-off doubling from 1 s to 30 s, reset once a restarted query commits a batch)."""
+    delay = RESTART_DELAY_S[0]
+    while not stopping.is_set():
+        query = monitor.query
+        while query.isActive and not stopping.is_set():
+            try:
+                query.awaitTermination(1)
+            except Exception:   # it failed: awaitTermination raises what query.exception() returns
+                break
+            if query.lastProgress is not None:
+                delay = RESTART_DELAY_S[0]
+        error = query.exception()
+        if stopping.is_set() or error is None:
+            return
+        if permanent(error):
+            raise error
+        monitor.restarts.inc()
+        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        log.warning("the replication query stopped (%s): restarting on its checkpoint in %.0f s", first, delay)
+        if stopping.wait(delay):
+            return
+        delay = min(RESTART_DELAY_S[1], delay * 2)
+        monitor.query = start_query(spark, cfg, {})

@@ -117,6 +117,8 @@ class Monitor:
                                  ["stream"], registry=self.registry)
         self.streams = Gauge("replication_streams", "Source streams the replication copies", registry=self.registry)
         self.failures = Counter("replication_monitor_failures", "Monitor passes that failed", registry=self.registry)
+        self.restarts = Counter("replication_query_restarts", "Times the query failed and was restarted on its "
+                                "checkpoint", registry=self.registry)
         self.clock = LagClock()
         self.port: int | None = None
         self._server: Any = None

@@ -56,8 +56,8 @@ def test_arrow_reads_return_what_read_batch_returns(cluster_factory, seed):
         every = plain_all(ns, "orders")
         assert len(every) == 1_500 and len({d.segment for d, _, _ in every}) >= 3
         assert arrow_all(ns, "orders", rng.randrange(1, 200)) == every
-        inside = next(d for d, _, _ in every[300:] if d.slot > 0)
-        assert arrow_all(ns, "orders", 64, start=inside) == every[every.index(next(x for x in every if x[0] == inside)):]
+        at = next(i for i, (d, _, _) in enumerate(every) if i >= 300 and d.slot > 0)   # inside an entry
+        assert arrow_all(ns, "orders", 64, start=every[at][0]) == every[at:]
         floor = every[900][1]
         assert arrow_all(ns, "orders", 50, start_txid=floor) == [x for x in every if x[1] >= floor]
 

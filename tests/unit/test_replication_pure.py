@@ -103,3 +103,14 @@ def test_configuration_is_validated_and_bound_to_its_checkpoint(tmp_path):
         saved_config(tmp_path / "ck")
     with pytest.raises(IncorrectParameterError, match="not a replication"):
         saved_config(tmp_path)
+
+
+def test_only_errors_a_restart_cannot_cure_stop_the_replicator():
+    from jobs.replicate import permanent
+
+    cut = ("[STREAM_FAILED] Query replicate terminated\nTraceback (most recent call last):\n"
+           "    raise errors.IncorrectParameterError(f'...')\n"   # a source line, not the error
+           "ledger_client.errors.MetadataServiceError: connect to 198.18.0.1:28066: ZooKeeper unavailable")
+    assert not permanent(RuntimeError(cut))
+    assert permanent(RuntimeError("Traceback ...\nledger_client.errors.UnauthorizedAccessError: role r may not"))
+    assert permanent(RuntimeError("x\nTransactionIdOutOfOrderError: stream a/b: txid 0 is below 9"))
