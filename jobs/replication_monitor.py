@@ -37,6 +37,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+RECENT_BATCHES = 20   # the query's last batches in status.json (rows and time each)
+
 
 @dataclass(frozen=True)
 class StreamState:
@@ -188,8 +190,13 @@ class Monitor:
     def _query_progress(self) -> dict[str, Any]:
         try:
             p = self.query.lastProgress
+            recent = [{"batch": r.get("batchId"), "rows": r.get("numInputRows"),
+                       "trigger_ms": (r.get("durationMs") or {}).get("triggerExecution")}
+                      for r in self.query.recentProgress[-RECENT_BATCHES:]]
             return {"id": str(self.query.id), "batch": p.get("batchId") if p else None,
-                    "input_rows_per_second": p.get("inputRowsPerSecond") if p else None}
+                    "input_rows_per_second": p.get("inputRowsPerSecond") if p else None,
+                    "rows": p.get("numInputRows") if p else None, "duration_ms": p.get("durationMs") if p else None,
+                    "recent": recent}
         except Exception as e:   # the query is stopping
             return {"error": str(e)}
 
