@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import grpc
 
@@ -408,11 +408,13 @@ class ReadHandle:
             entry = self._read(entry_id, entry_id)[0]
         return self._lac, entry
 
-    def poll_entries(self, first: int, last: int, timeout_ms: int) -> list[LedgerEntry]:
+    def poll_entries(self, first: int, last: int, timeout_ms: int,
+                     cancel: threading.Event | None = None) -> list[LedgerEntry]:
         """Long poll for a tail: entries first..last confirmed so far, waiting up to ``timeout_ms``
         for the LAC to reach ``first``; [] if it did not. One range read on one bookie of the
         write set (the next one if it fails): everything confirmed since the last poll comes back
-        in one answer, so a reader polls once per batch, not once per entry."""
+        in one answer, so a reader polls once per batch, not once per entry. ``cancel``: set, the
+        poll gives up within POLL_CANCEL_CHECK_S and returns [] (a reader being closed)."""
         if first <= self._lac:
             return self._read(first, min(last, self._lac))
         if self.is_closed:
@@ -427,9 +429,11 @@ class ReadHandle:
             try:
                 fut = self._client.pool.get(b).poll_range_future(self.ledger_id, first, last, first - 1, timeout_ms,
                                                                  cfg.read_batch_bytes_max)
-                resp = fut.result(timeout=max(0.001, deadline - time.monotonic()))
+                resp = _poll_result(fut, deadline, cancel)
             except (errors.LedgerError, grpc.RpcError, TimeoutError, grpc.FutureTimeoutError):
                 continue
+            if resp is None:
+                return []
             if resp.status == pb.EUA:
                 refusals.append(f"{b}: {resp.detail}")
             if resp.status != pb.EOK:
@@ -490,3 +494,22 @@ class ReadHandle:
                 idle_since = time.monotonic()
             elif self._lac < nxt:
                 self.refresh_metadata()  # closed, or moved to a new ensemble?
+
+
+POLL_CANCEL_CHECK_S = 0.02   # how often a cancellable long poll looks at its cancel event
+
+
+def _poll_result(fut: Any, deadline: float, cancel: threading.Event | None) -> Any:
+    """A long poll's answer by ``deadline``; None once ``cancel`` is set (the poll is cancelled)."""
+    if cancel is None:
+        return fut.result(timeout=max(0.001, deadline - time.monotonic()))
+    while True:
+        left = deadline - time.monotonic()
+        try:
+            return fut.result(timeout=max(0.001, min(left, POLL_CANCEL_CHECK_S)))
+        except (TimeoutError, grpc.FutureTimeoutError):
+            if cancel.is_set():
+                fut.cancel()
+                return None
+            if left <= POLL_CANCEL_CHECK_S:
+                raise

@@ -367,7 +367,7 @@ class StreamReader:
         h = self._handle(seg)
         if pos.entry_id <= h.last_add_confirmed:
             return self._deliver(seg, pos, min(h.last_add_confirmed, pos.entry_id + CHUNK_ENTRIES - 1), tb), True, False
-        entries = h.poll_entries(pos.entry_id, pos.entry_id + CHUNK_ENTRIES - 1, LONG_POLL_MS)
+        entries = h.poll_entries(pos.entry_id, pos.entry_id + CHUNK_ENTRIES - 1, LONG_POLL_MS, self._stop)
         if not entries:
             self._stale = True        # nothing new yet: read the metadata again (sealed? rolled?) at once
             return pos, True, False

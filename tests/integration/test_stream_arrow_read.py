@@ -88,3 +88,25 @@ def test_arrow_reads_return_what_read_batch_returns(cluster_factory, seed):
                 r.read_arrow_batch(10, 2_000)
             with pytest.raises(errors.IncorrectParameterError):
                 r.read_arrow_batch(0)
+
+
+def test_closing_a_tailing_reader_does_not_wait_out_its_long_poll(cluster_factory, monkeypatch):
+    """The read-ahead thread's long poll at the tail is cancelled by close(): with an 8 s poll,
+    close returns long before it would end (it used to take the whole poll)."""
+    import time
+
+    import ledger_client.stream.reader as reader
+
+    monkeypatch.setattr(reader, "LONG_POLL_MS", 8_000)
+    sb = cluster_factory(3)
+    with client(sb) as c:
+        ns = c.create_namespace("tail")
+        w = ns.open_writer("s")
+        w.write(b"one")
+        r = ns.open_reader("s")
+        assert [x.payload for x in r.read_batch(10, 5_000)] == [b"one"]
+        assert r.read_batch(10, 500) == []          # the read-ahead thread now waits in its long poll
+        t = time.monotonic()
+        r.close()
+        assert time.monotonic() - t < 4.0
+        w.close()
