@@ -21,12 +21,19 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
+from pyspark.sql.datasource import WriterCommitMessage
 from pyspark.sql.types import StructType
 
 from jobs.connect import task_client
 from jobs.options import FanoutOptions
-from jobs.stream_sink import arrow_columns, delete_unlinked, new_write_id, streaming_batch
+from jobs.stream_sink import (
+    SinkSteps,
+    SinkStreamWriter,
+    SinkWriter,
+    arrow_columns,
+    delete_unlinked,
+    streaming_batch,
+)
 from ledger_client.errors import IncorrectParameterError
 from metadata.streams.linking import SparkBatch, TaskLedger
 
@@ -185,54 +192,6 @@ def abort_batch(opts: FanoutOptions, messages: Sequence[WriterCommitMessage | No
 # ---------------------------------------------------------------- the Spark writers
 
 
-class FanoutWriter(DataSourceArrowWriter):
-    """``df.write``: one batch, one write id (an option, or new per save())."""
-
-    def __init__(self, opts: FanoutOptions, write_id: str) -> None:
-        self.opts = opts
-        self.batch = SparkBatch.write(write_id)
-
-    @classmethod
-    def build(cls, options: Mapping[str, str], schema: StructType, overwrite: bool) -> FanoutWriter:
-        opts = _checked_build(options, schema, overwrite)
-        return cls(opts, opts.write_id or new_write_id())
-
-    def write(self, iterator: Iterator[pa.RecordBatch]) -> FanoutMessage:
-        return write_task(self.opts, self.batch, iterator)
-
-    def commit(self, messages: list[WriterCommitMessage | None]) -> None:  # type: ignore[override]
-        commit_batch(self.opts, self.batch, messages, sweep=True)
-
-    def abort(self, messages: list[WriterCommitMessage | None]) -> None:  # type: ignore[override]
-        abort_batch(self.opts, messages)
-
-
-class FanoutStreamWriter(DataSourceStreamArrowWriter):
-    """``df.writeStream``: each micro-batch linked once per stream, keyed by the query and batch."""
-
-    def __init__(self, opts: FanoutOptions) -> None:
-        self.opts = opts
-
-    @classmethod
-    def build(cls, options: Mapping[str, str], schema: StructType, overwrite: bool) -> FanoutStreamWriter:
-        return cls(_checked_build(options, schema, overwrite))
-
-    def write(self, iterator: Iterator[pa.RecordBatch]) -> FanoutMessage:
-        return write_task(self.opts, None, iterator)
-
-    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # type: ignore[override]  # noqa: N803
-        msgs = [m for m in messages if isinstance(m, FanoutMessage)]
-        if not msgs:
-            return
-        batch = msgs[0].batch
-        if batch.batch_id != batchId:
-            raise IncorrectParameterError(f"commit of micro-batch {batchId} got messages of batch {batch.batch_id}")
-        commit_batch(self.opts, batch, messages, sweep=batchId % self.opts.orphan_sweep_every_batches == 0)
-
-    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # type: ignore[override]  # noqa: N803
-        abort_batch(self.opts, messages)
-
-
 def _checked_build(options: Mapping[str, str], schema: StructType, overwrite: bool) -> FanoutOptions:
     if overwrite:
         raise IncorrectParameterError("a stream is append-only: use mode('append'), not overwrite")
@@ -240,3 +199,14 @@ def _checked_build(options: Mapping[str, str], schema: StructType, overwrite: bo
     with task_client(opts.zk, opts.client_conf):
         pass   # the cluster is reachable (and its credentials good) before any task runs
     return opts
+
+
+FANOUT = SinkSteps(_checked_build, write_task, commit_batch, abort_batch, FanoutMessage)
+
+
+class FanoutWriter(SinkWriter):
+    steps = FANOUT
+
+
+class FanoutStreamWriter(SinkStreamWriter):
+    steps = FANOUT

@@ -25,9 +25,9 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
@@ -168,52 +168,68 @@ def new_write_id() -> str:
 # ---------------------------------------------------------------- the Spark writers
 
 
-class StreamSinkWriter(DataSourceArrowWriter):
+@dataclass(frozen=True)
+class SinkSteps:
+    """What a kind of ledger sink does at each of Spark's steps: this module's one-stream sink,
+    jobs/stream_fanout.py's rows that name their stream. The writers below call them."""
+
+    parse: Callable[[Mapping[str, str], StructType, bool], Any]   # options checked on the driver
+    write: Callable[[Any, SparkBatch | None, Iterator[pa.RecordBatch]], WriterCommitMessage]
+    commit: Callable[[Any, SparkBatch, Sequence[WriterCommitMessage | None], bool], object]
+    abort: Callable[[Any, Sequence[WriterCommitMessage | None]], None]
+    message: type[WriterCommitMessage]                              # its tasks' messages (with .batch)
+
+
+class SinkWriter(DataSourceArrowWriter):
     """``df.write``: one batch, one write id (an option, or new per save())."""
 
-    def __init__(self, opts: SinkOptions, write_id: str) -> None:
+    steps: ClassVar[SinkSteps]
+
+    def __init__(self, opts: Any, write_id: str) -> None:
         self.opts = opts
         self.batch = SparkBatch.write(write_id)
 
     @classmethod
-    def build(cls, options: Mapping[str, str], schema: StructType, overwrite: bool) -> StreamSinkWriter:
-        opts = _checked_build(options, schema, overwrite)
+    def build(cls, options: Mapping[str, str], schema: StructType, overwrite: bool) -> SinkWriter:
+        opts = cls.steps.parse(options, schema, overwrite)
         return cls(opts, opts.write_id or new_write_id())
 
-    def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkMessage:
-        return write_task(self.opts, self.batch, iterator)
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
+        return self.steps.write(self.opts, self.batch, iterator)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:  # type: ignore[override]
-        commit_batch(self.opts, self.batch, messages, sweep=True)
+        self.steps.commit(self.opts, self.batch, messages, True)
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:  # type: ignore[override]
-        abort_batch(self.opts, messages)
+        self.steps.abort(self.opts, messages)
 
 
-class StreamSinkStreamWriter(DataSourceStreamArrowWriter):
+class SinkStreamWriter(DataSourceStreamArrowWriter):
     """``df.writeStream``: each micro-batch linked once, keyed by the query id and batch id."""
 
-    def __init__(self, opts: SinkOptions) -> None:
+    steps: ClassVar[SinkSteps]
+
+    def __init__(self, opts: Any) -> None:
         self.opts = opts
 
     @classmethod
-    def build(cls, options: Mapping[str, str], schema: StructType, overwrite: bool) -> StreamSinkStreamWriter:
-        return cls(_checked_build(options, schema, overwrite))
+    def build(cls, options: Mapping[str, str], schema: StructType, overwrite: bool) -> SinkStreamWriter:
+        return cls(cls.steps.parse(options, schema, overwrite))
 
-    def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkMessage:
-        return write_task(self.opts, None, iterator)
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
+        return self.steps.write(self.opts, None, iterator)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # type: ignore[override]  # noqa: N803
-        msgs = [m for m in messages if isinstance(m, SinkMessage)]
+        msgs = [m for m in messages if isinstance(m, self.steps.message)]
         if not msgs:
             return  # an empty micro-batch: nothing to link
-        batch = msgs[0].batch
+        batch: SparkBatch = msgs[0].batch  # type: ignore[attr-defined]
         if batch.batch_id != batchId:
             raise IncorrectParameterError(f"commit of micro-batch {batchId} got messages of batch {batch.batch_id}")
-        commit_batch(self.opts, batch, messages, sweep=batchId % self.opts.orphan_sweep_every_batches == 0)
+        self.steps.commit(self.opts, batch, messages, batchId % self.opts.orphan_sweep_every_batches == 0)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # type: ignore[override]  # noqa: N803
-        abort_batch(self.opts, messages)
+        self.steps.abort(self.opts, messages)
 
 
 def _checked_build(options: Mapping[str, str], schema: StructType, overwrite: bool) -> SinkOptions:
@@ -226,3 +242,14 @@ def _checked_build(options: Mapping[str, str], schema: StructType, overwrite: bo
     with connect(opts) as client:
         client.namespace(opts.namespace).require("produce")   # NoSuchNamespaceError, UnauthorizedAccessError now
     return opts
+
+
+ONE_STREAM = SinkSteps(_checked_build, write_task, commit_batch, abort_batch, SinkMessage)
+
+
+class StreamSinkWriter(SinkWriter):
+    steps = ONE_STREAM
+
+
+class StreamSinkStreamWriter(SinkStreamWriter):
+    steps = ONE_STREAM
