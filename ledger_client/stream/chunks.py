@@ -104,9 +104,19 @@ class Chunk:
         payload = pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(offsets.astype(np.int32)),
                                                          pa.py_buffer(b"".join(parts))])
         return pa.RecordBatch.from_arrays(
-            [pa.array(np.full(n, self.sequence, dtype=np.int64)), pa.array(np.repeat(np.asarray(ids, np.int64),
-                                                                                   counts_np)),
-             pa.array(slots.astype(np.int32)), pa.array(np.concatenate(txids)), payload], schema=arrow_schema())
+            [_column(pa.int64(), np.full(n, self.sequence, dtype=np.int64)),
+             _column(pa.int64(), np.repeat(np.asarray(ids, np.int64), counts_np)),
+             _column(pa.int32(), slots.astype(np.int32)),
+             _column(pa.int64(), np.ascontiguousarray(np.concatenate(txids), dtype=np.int64)), payload],
+            schema=arrow_schema())
+
+
+def _column(kind: pa.DataType, values: np.ndarray) -> pa.Array:
+    """A numeric column over the numpy array's own memory. Not ``pa.array``: its first call
+    imports pandas (0.3 s) to check for pandas types, which a reader never passes."""
+    import pyarrow as pa
+
+    return pa.Array.from_buffers(kind, len(values), [None, pa.py_buffer(values)])
 
 
 def empty_arrow() -> pa.RecordBatch:

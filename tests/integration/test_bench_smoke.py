@@ -28,6 +28,9 @@ def test_bench_quick_runs_and_writes_json(tmp_path, which):
         sub = data["catch_up_subscribed"]   # a subscription's reader committing every 100 ms, same run
         assert sub["records"] == data["throughput"]["records"] and sub["commits"] >= 1
         assert "subscribed / plain = " in r.stdout
+        assert data["catch_up_arrow"]["records"] == data["throughput"]["records"]   # read_arrow_batch, same run
+        assert data["throughput_tuned"]["records_per_s"] > 0 and "tuned variant" in r.stdout
+        assert "Redis peer DID NOT RUN" not in r.stdout, r.stdout   # the peer runs here (scripts/bootstrap)
         lat = data["latency_at_1000"]
         assert 0 < lat["p50_ms"] <= lat["p99_ms"] and 0 <= lat["host_steal_share"] < 1
         assert data["host_round_trip"]["p50_ms"] > 0 and "Redis" in r.stdout
