@@ -168,6 +168,7 @@ def commit_batch(opts: FanoutOptions, batch: SparkBatch, messages: Sequence[Writ
             if not done:
                 log.info("ledger sink: %s#%d was committed to %s before: nothing added", batch.key,
                          batch.batch_id, key)
+            if not done or opts.copies_positions:   # copies the replica held already were left out
                 delete_unlinked(client, ns, stream, [t.ledger_id for t in tasks])
             if sweep or not done:
                 collect_orphans(client, ns, stream, opts.orphan_grace_ms, batch)

@@ -197,3 +197,37 @@ def test_arrow_columns_write_the_same_entries_as_records_one_by_one(cluster_fact
         with pytest.raises(errors.RecordTooLargeError):
             bad.add_arrow(pa.array([b"x" * (ns.settings.record_size_bytes_max + 1)]), np.asarray([7]))
         assert bad.ledger_id is None
+
+
+def test_a_second_replicator_adds_no_copy_twice_and_its_redundant_ledgers_go(cluster_factory):
+    """The per-row sink with source positions (jobs/stream_fanout.py): a batch of another query
+    copying records the replica holds links only the new copies, and deletes the ledger of the
+    old ones at once; a copy that overlaps the replica in part is refused."""
+    from jobs.options import FanoutOptions
+    from jobs.stream_fanout import FanoutMessage
+    from jobs.stream_fanout import commit_batch as fanout_commit
+
+    sb = cluster_factory(1)
+    opts = FanoutOptions(sb.connect_string, has_txid=False, payload_is_string=False, copies_positions=True)
+    with client(sb) as c:
+        ns = c.create_namespace("ns", ensemble_size=1, write_quorum_size=1, ack_quorum_size=1)
+
+        def copy(batch: SparkBatch, partition: int, entry: int, n: int):
+            w = TaskLedgerWriter(ns, "r", batch, partition, relative_txids=True)
+            w.copying((1, entry, 0), (1, entry, n - 1))
+            w.add_many([b"e%d-%d" % (entry, i) for i in range(n)])
+            return ("ns/r", w.finish())
+
+        q1, q2 = SparkBatch.query("one", 0), SparkBatch.query("two", 0)
+        assert fanout_commit(opts, q1, [FanoutMessage((copy(q1, 0, 0, 10),), q1)], sweep=False) == 1
+        held, new = copy(q2, 0, 0, 10), copy(q2, 1, 1, 5)
+        fanout_commit(opts, q2, [FanoutMessage((held,), q2), FanoutMessage((new,), q2)], sweep=False)
+        assert [r.payload for r in read_all(ns, "r", 15)] == [b"e0-%d" % i for i in range(10)] + \
+               [b"e1-%d" % i for i in range(5)]
+        with pytest.raises(errors.NoSuchLedgerError):
+            c.ledger_metadata(held[1].ledger_id)            # the redundant copy's ledger is gone
+        assert [s.source for s in ns.view("r").ordered()] == [((1, 0, 0), (1, 0, 9)), ((1, 1, 0), (1, 1, 4))]
+        q3 = SparkBatch.query("three", 0)
+        part = copy(q3, 0, 1, 8)                             # (1,1,0)..(1,1,7): the replica holds up to (1,1,4)
+        with pytest.raises(errors.IncorrectParameterError, match="twice"):
+            fanout_commit(opts, q3, [FanoutMessage((part,), q3)], sweep=False)
