@@ -27,7 +27,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import struct
 import subprocess
 import sys
@@ -231,14 +230,9 @@ class ReplicatorProcess:
         return [(m.group(1), m.group(2), float(m.group(3))) for m in SAMPLE_RE.finditer(text)]
 
     def stop(self) -> int | None:
-        if self.proc is None or self.proc.poll() is not None:
-            return None if self.proc is None else self.proc.returncode
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            return self.proc.wait(60)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            return self.proc.wait(30)
+        from spark_bookie.local.processes import stop_session
+
+        return stop_session(self.proc)
 
     def tail(self, lines: int = 30) -> str:
         return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])

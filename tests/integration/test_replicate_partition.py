@@ -37,6 +37,7 @@ from host_helpers import multihost_fixture  # noqa: F401  (the `multihost` fixtu
 from ledger_client import ClientConfig, LedgerClient
 from spark_bookie.local.hosts import Host
 from spark_bookie.local.multihost import BOOKIE_PORT, HostBookie, MultiHostCluster
+from spark_bookie.local.processes import stop_session
 from spark_bookie.local.sandbox import connect_as_bookies, init_layout, stop_cluster
 from spark_bookie.local.zookeeper import EmbeddedZooKeeper, free_port
 
@@ -141,15 +142,9 @@ class HostReplicator:
 
     def stop(self) -> int | None:
         """SIGTERM (the query stops between batches); SIGKILL to its session after 60 s."""
-        if self.proc is None or self.proc.poll() is not None:
-            return None if self.proc is None else self.proc.returncode
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            return self.proc.wait(60)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(30)
-            raise AssertionError(f"the replicator ignored SIGTERM for 60 s:\n{self.tail()}") from None
+        rc = stop_session(self.proc)
+        assert rc != -signal.SIGKILL, f"the replicator ignored SIGTERM for 60 s:\n{self.tail()}"
+        return rc
 
     def tail(self, lines: int = 60) -> str:
         try:

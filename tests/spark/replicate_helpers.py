@@ -15,6 +15,8 @@ from pathlib import Path
 
 from hosting_helpers import wait_until
 
+from spark_bookie.local.processes import stop_session
+
 METRICS_RE = re.compile(r"metrics on http://127\.0\.0\.1:(\d+)/metrics")
 
 
@@ -73,14 +75,7 @@ class Replicator:
         self.proc.wait(30)
 
     def stop(self) -> int | None:
-        if self.proc is None or self.proc.poll() is not None:
-            return None if self.proc is None else self.proc.returncode
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            return self.proc.wait(60)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            return self.proc.wait(30)
+        return stop_session(self.proc)
 
     def tail(self, lines: int = 40) -> str:
         return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
