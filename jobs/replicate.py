@@ -129,8 +129,10 @@ def run(cfg: ReplicationConfig, ready: Any = None) -> int:
         starting = resume_offsets(cfg, source, target) if fresh else {}
         if starting:
             log.info("new checkpoint: streams resume where their replicas end: %s", starting)
+        monitor = Monitor(cfg, source, target, None)
+        monitor.serve()
         spark = spark_session(cfg)
-        monitor = Monitor(cfg, source, target, start_query(spark, cfg, starting))
+        monitor.query = start_query(spark, cfg, starting)
         monitor.start()
         stopping = _stop_on_signals()
         try:

@@ -80,9 +80,11 @@ class ReplicationConfig:
 def prepared(cfg: ReplicationConfig) -> ReplicationConfig:
     """The configuration bound to its checkpoint: paths absolute, the subscription named, and
     ``DIR/replicate.json`` written at the first start or checked against at a restart."""
+    # A side without its own client TOML takes $SPARK_BOOKIE_CLIENT_CONF, as every job does; resolved
+    # here, so that the query's tasks, the monitor and `replicate status` use the same one.
     cfg = dataclasses.replace(cfg, checkpoint=os.path.abspath(cfg.checkpoint),
-                              from_client_conf=client_conf_path(cfg.from_client_conf, {}),
-                              to_client_conf=client_conf_path(cfg.to_client_conf, {}))
+                              from_client_conf=client_conf_path(cfg.from_client_conf),
+                              to_client_conf=client_conf_path(cfg.to_client_conf))
     cfg.dir.mkdir(parents=True, exist_ok=True)
     saved = load_saved(cfg.dir)
     if saved is None:

@@ -128,13 +128,24 @@ class Monitor:
         self._thread = threading.Thread(target=self._loop, name="replication-monitor", daemon=True)
         self._carried: dict[str, str] = {}
 
-    def start(self) -> None:
-        if self.cfg.metrics_port >= 0:
-            from prometheus_client import start_http_server
+    def serve(self) -> None:
+        """Serve /metrics (before the query starts: a port in use is a clear error, not a query
+        left running)."""
+        if self.cfg.metrics_port < 0:
+            return
+        from prometheus_client import start_http_server
 
+        from ledger_client.errors import IncorrectParameterError
+
+        try:
             self._server, _ = start_http_server(self.cfg.metrics_port, self.cfg.metrics_host, registry=self.registry)
-            self.port = self._server.server_port
-            log.info("replication metrics on http://%s:%d/metrics", self.cfg.metrics_host, self.port)
+        except OSError as e:
+            raise IncorrectParameterError(f"cannot serve /metrics on {self.cfg.metrics_host}:{self.cfg.metrics_port} "
+                                          f"({e.strerror or e}): give another --metrics-port, 0 for any") from e
+        self.port = self._server.server_port
+        log.info("replication metrics on http://%s:%d/metrics", self.cfg.metrics_host, self.port)
+
+    def start(self) -> None:
         self._thread.start()
 
     def stop(self) -> None:

@@ -52,3 +52,17 @@ def test_rows_are_split_per_stream_keeping_each_streams_order():
     assert got == {"a/x": [b"1", b"3", b"5"], "b/y": [b"2", b"4"]}
     with pytest.raises(IncorrectParameterError, match="null stream"):
         list(_by_stream(pa.record_batch({"stream": ["a/x", None], "payload": [b"1", b"2"]})))
+
+
+def test_a_metrics_port_in_use_is_a_clear_error_before_any_query(tmp_path):
+    import socket
+
+    from jobs.replication_config import ReplicationConfig
+    from jobs.replication_monitor import Monitor
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        cfg = ReplicationConfig("a:1/x", "b:1/x", "p/*", str(tmp_path), metrics_port=taken.getsockname()[1])
+        with pytest.raises(IncorrectParameterError, match="--metrics-port"):
+            Monitor(cfg, None, None, None).serve()
