@@ -42,14 +42,12 @@ log = logging.getLogger(__name__)
 def resume_offsets(cfg: ReplicationConfig, source: LedgerClient, target: LedgerClient) -> dict[str, str]:
     """A new checkpoint's starting offsets: each source stream whose replica already holds copies
     resumes just after the last one (the rest start at their beginning)."""
-    from jobs.options import StreamSourceOptions
-    from jobs.stream_source import resolve_streams
+    from jobs.replication_monitor import matching_streams
     from ledger_client import errors
     from ledger_client.stream.replica import replicated_through
 
-    opts = StreamSourceOptions.parse({"zk": cfg.from_zk, "streams": cfg.streams})
     out: dict[str, str] = {}
-    for ns, name in resolve_streams(source, opts, strict=False):
+    for ns, name in matching_streams(cfg, source):
         try:
             through = replicated_through(target.namespace(ns), name)
         except errors.NoSuchNamespaceError:

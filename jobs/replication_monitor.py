@@ -33,7 +33,7 @@ from jobs.replication_config import STATUS_FILE, ReplicationConfig
 from ledger_client.stream.dlsn import DLSN
 
 if TYPE_CHECKING:
-    from ledger_client import LedgerClient, Namespace
+    from ledger_client import LedgerClient
 
 log = logging.getLogger(__name__)
 
@@ -189,14 +189,10 @@ class Monitor:
         if tb is not None and self._carried.get(st.stream) != tb and (
                 st.lag_records == 0 or (st.replicated_through is not None
                                         and DLSN.parse(st.replicated_through) >= DLSN.parse(tb))):
-            carry_truncation(self._ns(self.source, ns), self._ns(self.target, ns), name, DLSN.parse(tb))
+            carry_truncation(self.source.namespace(ns), self.target.namespace(ns), name, DLSN.parse(tb))
             self._carried[st.stream] = tb
         if st.source_ended and st.lag_records == 0 and not st.replica_ended and st.replicated_through is not None:
-            carry_end(self._ns(self.target, ns), name)
-
-    @staticmethod
-    def _ns(client: LedgerClient, name: str) -> Namespace:
-        return client.namespace(name)
+            carry_end(self.target.namespace(ns), name)
 
     def _query_progress(self) -> dict[str, Any]:
         try:

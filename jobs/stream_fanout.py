@@ -14,7 +14,6 @@ positions it copies and linking never takes a source record twice (jobs/options.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -32,6 +31,7 @@ from jobs.stream_sink import (
     SinkWriter,
     arrow_columns,
     delete_unlinked,
+    link_stream,
     streaming_batch,
 )
 from ledger_client.errors import IncorrectParameterError
@@ -40,8 +40,6 @@ from metadata.streams.linking import SparkBatch, TaskLedger
 if TYPE_CHECKING:
     from ledger_client import LedgerClient, Namespace
     from ledger_client.stream.sink import TaskLedgerWriter
-
-log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -146,8 +144,6 @@ def _add(w: TaskLedgerWriter, rows: pa.RecordBatch, opts: FanoutOptions) -> None
 def commit_batch(opts: FanoutOptions, batch: SparkBatch, messages: Sequence[WriterCommitMessage | None],
                  sweep: bool) -> int:
     """Link each stream's ledgers once; the number of streams that took records."""
-    from ledger_client.stream.sink import collect_orphans, link_task_ledgers, owner_name
-
     msgs = [m for m in messages if isinstance(m, FanoutMessage)]
     foreign = [m.batch for m in msgs if m.batch != batch]
     if foreign:
@@ -161,17 +157,8 @@ def commit_batch(opts: FanoutOptions, batch: SparkBatch, messages: Sequence[Writ
         spaces = _Namespaces(client, opts)
         for key, tasks in sorted(per_stream.items()):
             ns_name, stream = split_key(key)
-            ns = spaces.get(ns_name)
-            done = link_task_ledgers(ns, stream, batch, tasks, opts.lock_timeout_ms,
-                                     owner_name(f"{batch.key}#{batch.batch_id}"))
-            linked += done
-            if not done:
-                log.info("ledger sink: %s#%d was committed to %s before: nothing added", batch.key,
-                         batch.batch_id, key)
-            if not done or opts.copies_positions:   # copies the replica held already were left out
-                delete_unlinked(client, ns, stream, [t.ledger_id for t in tasks])
-            if sweep or not done:
-                collect_orphans(client, ns, stream, opts.orphan_grace_ms, batch)
+            linked += link_stream(client, spaces.get(ns_name), stream, batch, tasks, opts, sweep,
+                                  prune=opts.copies_positions)   # copies the replica held were left out
     return linked
 
 

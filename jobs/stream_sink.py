@@ -117,22 +117,32 @@ def arrow_columns(rb: pa.RecordBatch, has_txid: bool) -> tuple[pa.Array, Any]:
 def commit_batch(opts: SinkOptions, batch: SparkBatch, messages: Sequence[WriterCommitMessage | None],
                  sweep: bool) -> bool:
     """Link the tasks' ledgers (once); delete those of a replayed batch; collect orphans."""
-    from ledger_client.stream.sink import collect_orphans, link_task_ledgers, owner_name
-
     msgs = [m for m in messages if isinstance(m, SinkMessage)]
     foreign = [m.batch for m in msgs if m.batch != batch]
     if foreign:
         raise IncorrectParameterError(f"commit of {batch} got messages of other batches: {foreign[:3]}")
     tasks = [m.task for m in msgs if m.task is not None]
     with connect(opts) as client:
-        ns = client.namespace(opts.namespace)
-        linked = bool(tasks) and link_task_ledgers(ns, opts.stream, batch, tasks, opts.lock_timeout_ms,
-                                                   owner_name(f"{batch.key}#{batch.batch_id}"))
-        if tasks and not linked:
-            log.info("ledger sink: %s#%d was committed before: nothing added", batch.key, batch.batch_id)
-            delete_unlinked(client, ns, opts.stream, [t.ledger_id for t in tasks])
-        if sweep or (tasks and not linked):
-            collect_orphans(client, ns, opts.stream, opts.orphan_grace_ms, batch)
+        return link_stream(client, client.namespace(opts.namespace), opts.stream, batch, tasks, opts, sweep)
+
+
+def link_stream(client: LedgerClient, ns: Any, stream: str, batch: SparkBatch, tasks: list[TaskLedger], opts: Any,
+                sweep: bool, prune: bool = False) -> bool:
+    """One stream's part of a commit (both sinks): link the tasks' ledgers once; delete those that
+    are not segments when the batch was linked before, or with ``prune`` (linking may have left
+    some out: copies a replica held); collect orphans on a sweep or after a replay. Whether the
+    batch was linked now."""
+    from ledger_client.stream.sink import collect_orphans, link_task_ledgers, owner_name
+
+    linked = bool(tasks) and link_task_ledgers(ns, stream, batch, tasks, opts.lock_timeout_ms,
+                                               owner_name(f"{batch.key}#{batch.batch_id}"))
+    if tasks and not linked:
+        log.info("ledger sink: %s#%d was committed to %s/%s before: nothing added", batch.key, batch.batch_id,
+                 ns.name, stream)
+    if tasks and (prune or not linked):
+        delete_unlinked(client, ns, stream, [t.ledger_id for t in tasks])
+    if sweep or (tasks and not linked):
+        collect_orphans(client, ns, stream, opts.orphan_grace_ms, batch)
     return linked
 
 
