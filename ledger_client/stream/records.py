@@ -51,14 +51,10 @@ def encode_columns(txids: np.ndarray, lengths: np.ndarray, payloads: bytes | mem
     """One entry's record set from columns: txids, payload lengths and the payloads' bytes end to
     end (an Arrow binary column's values buffer): no Python object per record."""
     n = len(lengths)
-    if len(txids) != n or sum_lengths(lengths) != len(payloads):
+    if len(txids) != n or int(lengths.sum(dtype=np.int64)) != len(payloads):
         raise ValueError("one txid per payload, and the lengths add up to the payload bytes")
     return b"".join((HEADER.pack(MAGIC, VERSION, flags, n, records_before), txids.astype("<i8").tobytes(),
                      lengths.astype("<u4").tobytes(), payloads))
-
-
-def sum_lengths(lengths: np.ndarray) -> int:
-    return int(lengths.sum(dtype=np.int64))
 
 
 class Columns(NamedTuple):

@@ -78,26 +78,26 @@ def replicated_through(target: Namespace, stream: str) -> DLSN | None:
 
 def carry_truncation(source: Namespace, target: Namespace, stream: str, source_before: DLSN) -> DLSN | None:
     """Truncate the replica where its source was truncated (``source_before``); the replica's new
-    truncation point, or None when it was there already."""
-    def decide(view: tr.StreamView) -> tr.Change | None:
-        cut, straddled = linking.replica_cut(view, tuple(source_before))  # type: ignore[arg-type]
-        if straddled is not None:
-            try:
-                cut = _cut_inside(source, target, stream, straddled, source_before)
-            except errors.UnauthorizedAccessError as e:   # a role with produce only on the replica
-                log.warning("replica %s/%s: truncated at segment %d's start, not inside it (%s)", target.name,
-                            stream, straddled.sequence, e)
-        old = view.meta.truncated_before
-        if old is not None and cut <= old:
-            return None
-        return tr.truncate(view, cut)
+    truncation point, or None when it was there already. The cut is found once, before the CAS
+    loop: a segment's source range never changes, so a lost CAS only decides again whether to cut."""
+    view = target.view(stream)
+    cut, straddled = linking.replica_cut(view, tuple(source_before))  # type: ignore[arg-type]
+    if straddled is not None:
+        try:
+            cut = _cut_inside(source, target, stream, straddled, source_before)
+        except errors.UnauthorizedAccessError as e:   # a role with produce only on the replica
+            log.warning("replica %s/%s: truncated at segment %d's start, not inside it (%s)", target.name,
+                        stream, straddled.sequence, e)
+
+    def decide(v: tr.StreamView) -> tr.Change | None:
+        old = v.meta.truncated_before
+        return None if old is not None and cut <= old else tr.truncate(v, cut)
 
     _view, change = commit(target, stream, decide, None)
     if change is None:
         return None
-    log.info("replica %s/%s truncated before %s (source before %s)", target.name, stream,
-             DLSN(*(change.meta.truncated_before or (1, 0, 0))), source_before)
-    return DLSN(*(change.meta.truncated_before or (1, 0, 0)))
+    log.info("replica %s/%s truncated before %s (source before %s)", target.name, stream, DLSN(*cut), source_before)
+    return DLSN(*cut)
 
 
 def _cut_inside(source: Namespace, target: Namespace, stream: str, seg: SegmentMeta, before: DLSN) -> Position:
