@@ -2,7 +2,9 @@
 after a crash (read-only while the disk stays full, writable again once space is freed).
 
 Real small filesystems: the ledger directory is a 64 MiB tmpfs mounted by the test (CI runs as
-root, as `mount` needs)."""
+root, as `mount` needs). The journal gets a roomy tmpfs of its own: the bookie watches its disk too
+(the worst fraction decides), and a host disk past the 90% low-water mark would otherwise keep the
+bookie read-only after the test frees its ledger disk."""
 
 from __future__ import annotations
 
@@ -41,6 +43,12 @@ def tmpfs() -> Iterator[Callable[[Path, int], Path]]:
             subprocess.run(["umount", "-l", str(p)], check=False)
 
 
+def _disks(sb, tmpfs) -> Path:
+    """The bookie's ledger disk (64 MiB) and a journal disk the host's own usage cannot fill."""
+    tmpfs(sb.root / "bookie-0" / "journal", 512)
+    return tmpfs(sb.root / "bookie-0" / "ledgers", 64)
+
+
 def _fill(c: BookieClient, first: int, limit: int) -> list[int]:
     """Add 64 KiB entries until the bookie refuses one; the ids it acknowledged."""
     acked: list[int] = []
@@ -62,7 +70,7 @@ def _read_all(c: BookieClient, ids: list[int]) -> None:
 
 def test_full_ledger_disk_restarts_read_only_and_recovers(cluster_factory, tmpfs):
     sb = cluster_factory(0)
-    disk = tmpfs(sb.root / "bookie-0" / "ledgers", 64)
+    disk = _disks(sb, tmpfs)
     filler = disk / "filler.bin"          # space the test frees at the end
     with open(filler, "wb") as f:
         os.posix_fallocate(f.fileno(), 0, 24 << 20)
@@ -100,7 +108,7 @@ def test_bookie_starts_read_only_on_a_disk_filled_to_the_last_byte(cluster_facto
     """Someone else took every byte (the reserves included) while the bookie was down: it still
     starts, read-only, and serves what it acknowledged; freed space makes it writable again."""
     sb = cluster_factory(0)
-    disk = tmpfs(sb.root / "bookie-0" / "ledgers", 64)
+    disk = _disks(sb, tmpfs)
     sb.store.ledgers.create_ledger_node(LEDGER, b"")
     b = sb.add_bookie(flush_interval_ms=200)
     with BookieClient(b.bookie_id) as c:
