@@ -102,10 +102,12 @@ class LedgerCore:
         """Every metadata change goes through the one CAS loop (metadata.update_ledger)."""
         return self.update_metadata_versioned(ledger_id, fn)[0]
 
-    def update_metadata_versioned(self, ledger_id: int,
-                                  fn: Callable[[LedgerMetadata], LedgerMetadata]) -> tuple[LedgerMetadata, int]:
+    def update_metadata_versioned(self, ledger_id: int, fn: Callable[[LedgerMetadata], LedgerMetadata],
+                                  known: tuple[LedgerMetadata, int] | None = None) -> tuple[LedgerMetadata, int]:
+        """``known``: the caller's last ``(metadata, version)``, tried before a read (update_ledger)."""
         with metadata_errors(f"update ledger {ledger_id}", missing_ledger=True):
-            return update_ledger(self.store.ledgers, ledger_id, fn, retries_max=self.config.metadata_retries_max)
+            return update_ledger(self.store.ledgers, ledger_id, fn, retries_max=self.config.metadata_retries_max,
+                                 known=known)
 
     def replace_metadata(self, md: LedgerMetadata, version: int) -> int:
         """One CAS at exactly `version`, no retry: for changes only valid on that version (a
@@ -201,7 +203,7 @@ class LedgerCore:
                 namespace=namespace, owner_role=caller.subject if caller is not None else "",
                 bookie_groups=groups.primary, bookie_groups_secondary=groups.secondary)
             self.store.ledgers.create_ledger_metadata(md)
-        w = WriteHandle(self, md, Digester(digest_type, bytes(password)), key)
+        w = WriteHandle(self, md, Digester(digest_type, bytes(password)), key, version=0)
         self._writers.add(w)
         if self.metrics is not None:
             self.metrics.creates.inc()

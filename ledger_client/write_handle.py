@@ -51,10 +51,12 @@ class WriteHandle:
     """Appends to one ledger. Thread-safe; also a context manager (close on exit)."""
 
     def __init__(self, client: LedgerCore, md: LedgerMetadata, digester: Digester, master_key: bytes,
-                 *, recovery: bool = False, last_add_confirmed: int = -1, length: int = 0) -> None:
+                 *, recovery: bool = False, last_add_confirmed: int = -1, length: int = 0,
+                 version: int | None = None) -> None:
         self._client = client
         self.ledger_id = md.ledger_id
         self._md = md
+        self._version = version   # md's znode version when known (a new ledger's: 0): close skips a read
         self._digester = digester
         self._key = master_key
         self._recovery = recovery
@@ -277,6 +279,7 @@ class WriteHandle:
                     md = transitions.set_fragment(self._md, key, new)
                 else:
                     change = functools.partial(self._with_fragment, key=key, ensemble=new)
+                    self._version = None   # md and version go stale together: close reads again
                     md = self._client.update_metadata(self.ledger_id, change)
             except errors.LedgerError as e:
                 self._give_up(e)
@@ -546,9 +549,6 @@ class WriteHandle:
 
     def wait_idle(self, timeout_s: float) -> None:
         """Block until nothing is pending (or the handle failed, or the timeout passed)."""
-        self._wait_idle(timeout_s)
-
-    def _wait_idle(self, timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s
         idle = self._completer.idle   # notified after each delivery and when the handle fails
         with idle:
@@ -568,7 +568,8 @@ class WriteHandle:
                 raise errors.MetadataVersionError(
                     f"ledger {self.ledger_id} was closed by someone else at another end: {e}") from e
 
-        self._md = self._client.update_metadata(self.ledger_id, close)
+        known = None if self._version is None else (self._md, self._version)
+        self._md, self._version = self._client.update_metadata_versioned(self.ledger_id, close, known)
         return self._md
 
     def close(self) -> None:
@@ -576,7 +577,7 @@ class WriteHandle:
         with self._close_lock:
             if self._closed:
                 return
-            self._wait_idle(self._client.config.operation_timeout_ms / 1000)
+            self.wait_idle(self._client.config.operation_timeout_ms / 1000)
             if self._sm.pending and self._error is None:
                 self._fail(errors.LedgerTimeoutError(f"ledger {self.ledger_id}: appends still pending at close"))
             self._closed = True

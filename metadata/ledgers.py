@@ -8,7 +8,6 @@ based on, which is how invariant 5 (every change is a CAS) is enforced.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Sequence
 
 from metadata.errors import (
@@ -19,68 +18,13 @@ from metadata.errors import (
     NoNodeError,
     NotEmptyError,
 )
+from metadata.idgen import LedgerIdGenerator
 from metadata.layout import DELETED, ZkLayout, is_bucket_name, is_ledger_node_name
 from metadata.model import TOMBSTONE, LedgerMetadata, decode, encode
 from metadata.nodes import Nodes
 from metadata.watches import LedgerWatch, LedgerWatchCallback, LedgerWatchState, WatchKeeper
 
 _BATCH = 256  # outstanding requests per round trip when walking the ledger tree
-#: ZooKeeper's sequence counter is a signed 32-bit int: ids use it for their low 31 bits and move
-#: to the next high-order-bits node (``HOB-<n>``) when it reaches this (LongZkLedgerIdGenerator).
-IDGEN_LOW_LIMIT = 2**31 - 1
-_HOB_PREFIX = "HOB-"
-_HOB_RE = re.compile(_HOB_PREFIX + r"\d{10}")
-
-
-class LedgerIdGenerator:
-    """BookKeeper's LongZkLedgerIdGenerator: ``(hob << 32) | seq``, where ``seq`` is a number of
-    the sequential counter of ``<root>/idgen-long/HOB-<hob>``; when it reaches ``low_limit``
-    (2**31-1) everyone moves to ``HOB-<hob+1>``. Unique because each HOB's counter is, and
-    increasing across HOBs. A creation whose answer is lost is retried: its number is simply never
-    used."""
-
-    def __init__(self, nodes: Nodes, paths: ZkLayout, *, low_limit: int = IDGEN_LOW_LIMIT) -> None:
-        self._nodes = nodes
-        self._paths = paths
-        self.low_limit = low_limit
-        self._hob: int | None = None  # the current high-order bits (a cache)
-
-    def next_id(self) -> int:
-        with self._nodes.deadline():
-            while True:
-                hob = self._hob if self._hob is not None else self._current_hob()
-                try:
-                    low = self._nodes.take_sequence(f"{self._paths.idgen}/{_HOB_PREFIX}{hob:010d}/ID-")
-                except NoNodeError:
-                    self._hob = None  # the cached HOB node is gone (the tree was reset): look again
-                    continue
-                if 0 <= low < self.low_limit:
-                    self._hob = hob
-                    if hob or low:  # never hand out id 0
-                        return (hob << 32) | low
-                    continue
-                if hob + 1 >= 2**31:
-                    raise MetadataError("ledger ids are exhausted (all 2**31 high-order-bit ranges used)")
-                self._create_if_absent(f"{self._paths.idgen}/{_HOB_PREFIX}{hob + 1:010d}")
-                self._hob = hob + 1
-
-    def _current_hob(self) -> int:
-        """The highest ``HOB-<n>`` under the id generator's node; creates ``HOB-0000000000``
-        (and the generator's node, for clusters initialised before it existed) if there is none."""
-        idgen = self._paths.idgen
-        hobs = [int(n[len(_HOB_PREFIX):]) for n in self._nodes.children(idgen) or [] if _HOB_RE.fullmatch(n)]
-        if hobs:
-            return max(hobs)
-        if self._nodes.get(self._paths.root) is None:
-            raise NoNodeError(f"no cluster at {self._paths.root}: run `spark-bookie init` first")
-        self._create_if_absent(f"{idgen}/{_HOB_PREFIX}{0:010d}")
-        return 0
-
-    def _create_if_absent(self, path: str) -> None:
-        try:
-            self._nodes.create(path, makepath=True)
-        except NodeExistsError:
-            pass
 
 
 class LedgerStore:

@@ -52,6 +52,7 @@ def update_ledger(
     *,
     retries_max: int = 20,
     backoff_ms: float = 5.0,
+    known: tuple[LedgerMetadata, int] | None = None,
 ) -> tuple[LedgerMetadata, int]:
     """Apply ``transition`` to the ledger's metadata by CAS; return the stored ``(metadata, version)``.
 
@@ -61,10 +62,18 @@ def update_ledger(
     MetadataUpdateConflictError. Errors of the transition (e.g. LedgerClosedConflict) and of the
     store (NoNodeError, MetadataUnavailableError: outcome unknown, a caller may call again since
     transitions are idempotent) propagate unchanged.
+
+    ``known``: the ``(metadata, version)`` the caller last wrote or read (a writer closing its own
+    ledger knows them), tried first instead of a read: one round trip instead of two when nobody
+    else wrote meanwhile, and a lost CAS otherwise, which reads as usual. Only a change is tried
+    on it: "nothing to do" is decided on what the store holds.
     """
     for attempt in range(retries_max + 1):
-        md, version = store.read_ledger_metadata(ledger_id)
+        md, version = known if known is not None and attempt == 0 else store.read_ledger_metadata(ledger_id)
         new = transition(md)
+        if known is not None and attempt == 0 and unchanged(md, new):
+            md, version = store.read_ledger_metadata(ledger_id)
+            new = transition(md)
         if unchanged(md, new):
             return md, version
         if new.ledger_id != ledger_id:

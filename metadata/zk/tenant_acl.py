@@ -142,7 +142,9 @@ class TenantAclPolicy:
             return base + self._namespace_entries(rel[1], data if len(rel) == 2 else None, top=len(rel) == 2,
                                                   subscriptions=len(rel) >= 4 and rel[3] == SUBSCRIPTIONS)
         if head == IDGEN_LONG:
-            return [*base, _acl(R | C | D if len(rel) == 1 else ALL, members)]
+            # members claim ids by writing the counter (metadata.idgen); the sequences below it
+            # are the older scheme's, read once to start above them
+            return [*base, _acl(R | W | C | D if len(rel) == 1 else ALL, members)]
         if head == UNDERREPLICATION:
             under_ledgers = len(rel) >= 2 and rel[1] == UR_LEDGERS
             return [*base, _acl(R | W | C | D if under_ledgers else R, members)]

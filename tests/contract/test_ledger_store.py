@@ -143,14 +143,34 @@ def test_generated_ledger_ids_are_unique_and_increasing(backend: Backend, store:
     assert all(run == sorted(run) for run in runs)
 
 
-def test_ledger_ids_move_past_the_31_bit_sequence(backend: Backend, store: MetadataStore) -> None:
-    """LongZkLedgerIdGenerator's scheme: when a HOB's sequence is used up, ids continue above 2**32."""
+def test_ledger_ids_continue_above_the_sequential_scheme(backend: Backend, store: MetadataStore) -> None:
+    """A cluster whose ids came from LongZkLedgerIdGenerator's sequential nodes (here: far into
+    HOB 3) keeps them: the counter starts above every id that scheme handed out."""
+    idgen = store.paths.idgen
+    store.nodes.create(f"{idgen}/HOB-0000000003", makepath=True)
+    old = [(3 << 32) | n for n in store.nodes.take_sequences(f"{idgen}/HOB-0000000003/ID-", 5)]
     a, b = store, backend.make()
-    a.ledgers.id_generator.low_limit = b.ledgers.id_generator.low_limit = 7  # a tiny "2**31": roll over here
     ids = [s.ledgers.generate_ledger_id() for _ in range(10) for s in (a, b)]
-    assert len(set(ids)) == len(ids) and ids == sorted(ids)  # b's stale HOB cache moves on too
-    assert any(i >= 2**32 for i in ids) and max(ids) < 2**40
-    assert all(i & 0xFFFF_FFFF < 7 for i in ids)
+    assert len(set(ids)) == len(ids) and min(ids) > max(old)
+    assert ids[0::2] == sorted(ids[0::2]) and ids[1::2] == sorted(ids[1::2])   # each client's in order
+
+
+def test_a_client_creating_many_ledgers_claims_ids_in_blocks(store: MetadataStore) -> None:
+    """Ids cost ZooKeeper writes per block, not per ledger (issue 33: the sequential scheme's two
+    writes per id were half of a ledger's creation); a second client's first id is one write."""
+    writes = {"n": 0}
+    nodes = store.nodes
+    for name in ("create", "set", "delete", "take_sequence", "take_sequences", "pipeline", "multi"):
+        real = getattr(nodes, name)
+
+        def counted(*args, _real=real, **kwargs):  # type: ignore[no-untyped-def]
+            writes["n"] += 1
+            return _real(*args, **kwargs)
+
+        setattr(nodes, name, counted)
+    ids = [store.ledgers.generate_ledger_id() for _ in range(2_000)]
+    assert len(set(ids)) == 2_000 and ids == sorted(ids)
+    assert writes["n"] <= 16, f"{writes['n']} metadata writes for 2,000 ids"
 
 
 def test_watch_ledger_metadata(backend: Backend, store: MetadataStore) -> None:

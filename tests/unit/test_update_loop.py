@@ -158,3 +158,30 @@ def test_concurrent_writers_all_land(store: InMemoryMetadataStore) -> None:
 def _append_if_higher(md: LedgerMetadata, first: int) -> LedgerMetadata:
     last = max(md.ensembles)
     return set_fragment(md, first, C) if first > last else md
+
+
+def test_a_known_version_writes_without_reading(store: InMemoryMetadataStore) -> None:
+    """A writer closing its own ledger knows (metadata, version): one write, no read."""
+    wrapped = Interfering(store, lambda n: None)
+    known = store.ledgers.read_ledger_metadata(1)
+    md, version = update_ledger(wrapped, 1, partial(close, last_entry_id=-1, length=0), known=known)
+    assert md.is_closed and version == 1 and (wrapped.reads, wrapped.writes) == (0, 1)
+
+
+def test_a_stale_known_version_loses_its_cas_and_decides_again(store: InMemoryMetadataStore) -> None:
+    """Someone closed it meanwhile at another end: the stale guess never overwrites that."""
+    known = store.ledgers.read_ledger_metadata(1)
+    update_ledger(store.ledgers, 1, partial(close, last_entry_id=7, length=70))
+    wrapped = Interfering(store, lambda n: None)
+    with pytest.raises(LedgerClosedConflict, match="already closed at entry 7"):
+        update_ledger(wrapped, 1, partial(close, last_entry_id=9, length=90), known=known)
+    assert (wrapped.reads, wrapped.writes) == (1, 1)
+    assert store.ledgers.read_ledger_metadata(1)[0].last_entry_id == 7
+
+
+def test_nothing_to_do_on_a_known_version_is_checked_against_the_store(store: InMemoryMetadataStore) -> None:
+    """"Unchanged" on a guess proves nothing: the store's metadata decides."""
+    stale = store.ledgers.read_ledger_metadata(1)
+    recovering, _ = update_ledger(store.ledgers, 1, begin_recovery)
+    md, version = update_ledger(store.ledgers, 1, lambda m: m, known=stale)
+    assert md == recovering and version == 1
