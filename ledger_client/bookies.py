@@ -29,12 +29,10 @@ class BookieRegistry:
 
     def _on_change(self, writable: list[str], readonly: list[str]) -> None:
         missing = [b for b in writable if b not in self._info]
-        infos = {}
-        for b in missing:
-            try:
-                infos[b] = self._store.cluster.bookie_info(b)
-            except MetadataError:
-                infos[b] = {}
+        try:
+            infos = self._store.cluster.bookie_infos(missing) if missing else {}
+        except MetadataError:
+            infos = {}   # placed without their data for now; read again at the next change
         with self._changed:
             self._writable, self._readonly = list(writable), list(readonly)
             self._info.update(infos)

@@ -13,7 +13,7 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from metadata.errors import BadVersionError, MetadataError, NodeExistsError, NoNodeError, NotEmptyError
 from metadata.layout import LAYOUT_TEXT, ZkLayout
@@ -202,6 +202,19 @@ class ClusterStore:
             if got is not None:
                 return parse_bookie_info(got[0])
         return {}
+
+    def bookie_infos(self, bookie_ids: Sequence[str]) -> dict[str, dict[str, str]]:
+        """:meth:`bookie_info` of many bookies in one round trip (two when some are read-only):
+        a client starting on a cluster of many bookies waits for their data once, not per bookie."""
+        ids = list(bookie_ids)
+        out: dict[str, dict[str, str]] = {}
+        for readonly in (False, True):
+            wanted = [b for b in ids if b not in out]
+            if not wanted:
+                break
+            got = self._nodes.get_many([self._paths.bookie(b, readonly=readonly) for b in wanted])
+            out.update({b: parse_bookie_info(g[0]) for b, g in zip(wanted, got, strict=True) if g is not None})
+        return {b: out.get(b, {}) for b in ids}
 
     def watch_bookies(self, callback: BookiesWatchCallback) -> Callable[[], None]:
         """Call ``callback(writable, readonly)`` (sorted bookie ids) now and whenever either changes.
