@@ -8,7 +8,8 @@ based on, which is how invariant 5 (every change is a CAS) is enforced.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
 
 from metadata.errors import (
     BadVersionError,
@@ -19,12 +20,39 @@ from metadata.errors import (
     NotEmptyError,
 )
 from metadata.idgen import LedgerIdGenerator
-from metadata.layout import DELETED, ZkLayout, is_bucket_name, is_ledger_node_name
+from metadata.layout import DELETED, ZkLayout, is_bucket_name, is_ledger_node_name, ledger_path_components
 from metadata.model import TOMBSTONE, LedgerMetadata, decode, encode
-from metadata.nodes import Nodes
+from metadata.nodes import Nodes, NodeStat
 from metadata.watches import LedgerWatch, LedgerWatchCallback, LedgerWatchState, WatchKeeper
 
 _BATCH = 256  # outstanding requests per round trip when walking the ledger tree
+_LIST_BATCH = 4  # bucket listings per round trip (up to 10,000 names each: bounded memory)
+#: A changed bucket is listed (one request, ~9 bytes a child) rather than read ledger by ledger
+#: (one request and ~250 bytes each) once it holds fewer than this many children per ledger asked.
+_LIST_RATIO = 32
+
+
+@dataclass
+class LedgerPresence:
+    """What a bookie's GC remembers of the ledger tree between rounds (:meth:`LedgerStore.missing_ledgers`).
+
+    Per leaf bucket (``<root>/000/0000/0000/0000``, up to 10,000 ledger nodes) holding ledgers the
+    bookie asked about: the bucket's children stamp (:attr:`metadata.nodes.NodeStat.children_stamp`)
+    taken *before* its ledgers were last checked, and the ones found then. While the stamp stays
+    the same no child of the bucket was created or deleted, so those ledgers still exist. Memory is
+    one entry per such bucket and one id per such ledger: nothing of the ledgers it does not hold.
+
+    ``session`` is the session that took the stamps: a new session (after an expiry, possibly onto
+    an ensemble restored from a backup, whose counters went back) starts over with a full check,
+    as does a fresh presence. ``requests`` and ``nodes_read`` (stats, nodes read and names listed)
+    are what the last call cost, and ``full`` whether it was a full check.
+    """
+
+    session: int | None = None
+    buckets: dict[str, tuple[tuple[int, int], frozenset[int]]] = field(default_factory=dict)
+    requests: int = 0
+    nodes_read: int = 0
+    full: bool = True
 
 
 class LedgerStore:
@@ -61,6 +89,83 @@ class LedgerStore:
             out += [(parent, names) for parent, names in zip(chunk, self._nodes.children_many(chunk), strict=True)
                     if names is not None]
         return out
+
+    # -- existence (a bookie's GC) --------------------------------------------------------------
+    def missing_ledgers(self, ledger_ids: Iterable[int], since: LedgerPresence | None = None) -> set[int]:
+        """Which of ``ledger_ids`` have no metadata node, or a tombstone: complete or an exception,
+        never partial (the bookie's GC deletes the data of what this returns).
+
+        It asks about these ledgers only, never lists the cluster: a bookie's GC then costs in
+        proportion to the ledgers it holds, not to every ledger in the cluster. Without ``since``
+        every ledger's node is read (``_BATCH`` per round trip). With ``since``, which the caller
+        keeps between calls (:class:`LedgerPresence`), only what changed is: each leaf bucket of
+        the ledgers asked about is stat'ed (one small request per bucket, pipelined); where its
+        children stamp is the one remembered only ledgers not confirmed then are read; a changed
+        bucket has its ledgers read, or is listed once if that is cheaper (``_LIST_RATIO``). The
+        first call on a presence, or the first in a new session, reads every ledger (a full check,
+        which also sees tombstones). A listing does not tell a tombstone from a ledger: tombstoned
+        nodes are removed by :meth:`reap_deleted`, which each bookie's GC runs before this, and
+        that removal changes their bucket.
+        """
+        memo = since if since is not None else LedgerPresence()
+        memo.requests = memo.nodes_read = 0
+        groups: dict[str, set[int]] = {}
+        for lid in ledger_ids:
+            groups.setdefault(self._paths.ledger(lid).rsplit("/", 1)[0], set()).add(lid)
+        if since is None:
+            return self._read_missing([lid for ids in groups.values() for lid in ids], memo)
+        session = self._nodes.session()
+        memo.full = memo.session is None or memo.session != session
+        paths = sorted(groups)
+        stats = self._stat_buckets(paths, memo)   # FIRST: a stamp older than the check is safe
+        missing: set[int] = set()
+        to_read: list[int] = []
+        to_list: list[str] = []
+        for path, stat in zip(paths, stats, strict=True):
+            known = None if memo.full else memo.buckets.get(path)
+            if stat is None:   # the bucket is gone, and every ledger node in it
+                missing |= groups[path]
+            elif known is not None and known[0] == stat.children_stamp:
+                to_read += groups[path] - known[1]
+            elif memo.full or len(groups[path]) * _LIST_RATIO < stat.children:
+                to_read += groups[path]
+            else:
+                to_list.append(path)
+        missing |= self._read_missing(to_read, memo)
+        missing |= self._list_missing(to_list, groups, memo)
+        memo.buckets = {path: (stat.children_stamp, frozenset(groups[path] - missing))
+                        for path, stat in zip(paths, stats, strict=True)
+                        if stat is not None and groups[path] - missing}
+        memo.session = session
+        return missing
+
+    def _stat_buckets(self, paths: list[str], memo: LedgerPresence) -> list[NodeStat | None]:
+        out: list[NodeStat | None] = []
+        for i in range(0, len(paths), _BATCH):
+            out += self._nodes.stat_many(paths[i : i + _BATCH])
+        memo.requests += len(paths)
+        memo.nodes_read += len(paths)
+        return out
+
+    def _read_missing(self, ledger_ids: list[int], memo: LedgerPresence) -> set[int]:
+        missing: set[int] = set()
+        for i in range(0, len(ledger_ids), _BATCH):
+            chunk = ledger_ids[i : i + _BATCH]
+            missing.update(lid for lid, got in zip(chunk, self.read_ledger_nodes(chunk), strict=True) if got is None)
+        memo.requests += len(ledger_ids)
+        memo.nodes_read += len(ledger_ids)
+        return missing
+
+    def _list_missing(self, paths: list[str], groups: dict[str, set[int]], memo: LedgerPresence) -> set[int]:
+        missing: set[int] = set()
+        for i in range(0, len(paths), _LIST_BATCH):
+            chunk = paths[i : i + _LIST_BATCH]
+            for path, names in zip(chunk, self._nodes.children_many(chunk), strict=True):
+                present = set(names or ())
+                missing.update(lid for lid in groups[path] if ledger_path_components(lid)[4] not in present)
+                memo.nodes_read += len(present)
+        memo.requests += len(paths)
+        return missing
 
     def list_ledgers(self) -> list[int]:
         """Every ledger id, ascending (complete or an exception, like :meth:`ledger_ids`)."""
@@ -127,12 +232,20 @@ class LedgerStore:
         the parent, which every member shares): write the tombstone, which every reader takes for
         absent, and leave a marker for a bookie to remove the node (:meth:`reap_deleted`)."""
         got = self._nodes.get(path)
-        if got is None or got[0].startswith(TOMBSTONE):
+        if got is None:
+            raise NoNodeError(f"ledger {ledger_id} does not exist ({path})")
+        if got[0].startswith(TOMBSTONE):
+            # A retry after the marker's create failed: leave it now, or no bookie reaps the node
+            # (and a GC that lists the node's bucket would keep the ledger's data).
+            self._leave_marker(ledger_id)
             raise NoNodeError(f"ledger {ledger_id} does not exist ({path})")
         try:
             self._nodes.set(path, TOMBSTONE, got[1] if version < 0 else version, retry=False)
         except BadVersionError as e:
             raise BadVersionError(f"ledger {ledger_id} changed since version {version} ({path})") from e
+        self._leave_marker(ledger_id)
+
+    def _leave_marker(self, ledger_id: int) -> None:
         try:
             self._nodes.create(f"{self._paths.root}/{DELETED}/{ledger_id}", makepath=True)
         except NodeExistsError:

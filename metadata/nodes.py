@@ -54,6 +54,27 @@ class Op:
     ephemeral: bool = False
 
 
+@dataclass(frozen=True)
+class NodeStat:
+    """What :meth:`Nodes.stat_many` tells of a node without reading its data or children.
+
+    ``version`` is its data's version; ``cversion`` grows with every child created or deleted
+    (ZooKeeper's, which a data change of a child leaves alone); ``children`` counts them; and
+    ``created`` tells this node from one of the same path deleted and created again (ZooKeeper's
+    ``czxid``), whose ``cversion`` restarts at 0. So :attr:`children_stamp` equal at two times
+    means no child was created or deleted in between.
+    """
+
+    version: int
+    cversion: int
+    children: int
+    created: int
+
+    @property
+    def children_stamp(self) -> tuple[int, int]:
+        return self.created, self.cversion
+
+
 class MultiOpFailed(MetadataError):
     """A multi was not applied: op ``index`` failed with ``cause`` (NoNodeError, NodeExistsError,
     BadVersionError, NotEmptyError); ``index`` -1 when ZooKeeper refused the multi as a whole."""
@@ -132,6 +153,12 @@ class Nodes(abc.ABC):
     def children_versioned(self, paths: list[str], *, watch: Wake | None = None) -> list[tuple[list[str], int] | None]:
         """:meth:`children_many` with each node's child version (ZooKeeper's ``cversion``, which
         grows with every child created or deleted), so a late listing never replaces a newer one."""
+
+    @abc.abstractmethod
+    def stat_many(self, paths: list[str]) -> list[NodeStat | None]:
+        """Each node's :class:`NodeStat` (None if absent), in one round trip: ZooKeeper's
+        ``exists``, whose answer carries no data and no names, so watching for change in a node
+        of many children costs one small request, not a listing."""
 
     @abc.abstractmethod
     def watch(self, path: str, wake: Wake, *, absent: bool = True) -> NodeState | None:

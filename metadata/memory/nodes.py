@@ -20,7 +20,7 @@ from metadata.errors import (
     StoreClosedError,
 )
 from metadata.memory.tree import InMemoryZooKeeper, parent_of
-from metadata.nodes import MultiOpFailed, Nodes, NodeState, Op, Wake
+from metadata.nodes import MultiOpFailed, Nodes, NodeStat, NodeState, Op, Wake
 from metadata.session import SessionEvent, SessionWorker
 
 
@@ -151,6 +151,11 @@ class MemoryNodes(Nodes):
         with self.zk.lock:
             names = self.children_many(paths, watch=watch)
             return [None if n is None else (n, self.zk.peek_children(p)[1]) for p, n in zip(paths, names, strict=True)]
+
+    def stat_many(self, paths: list[str]) -> list[NodeStat | None]:
+        with self.zk.lock:
+            self._check(f"stat {paths[0] if paths else ''}")
+            return [None if got is None else NodeStat(*got) for got in map(self.zk.stat, paths)]
 
     def watch(self, path: str, wake: Wake, *, absent: bool = True) -> NodeState | None:
         with self.zk.lock:

@@ -33,6 +33,7 @@ class _Node:
     owner: int | None = None  # session id of an ephemeral node
     children: set[str] = field(default_factory=set)
     sequence: int = 0  # next number a sequential child would get (ZooKeeper's parent counter)
+    created: int = 0  # ZooKeeper's czxid: which creation of this path the node is
 
 
 def parent_of(path: str) -> str:
@@ -60,6 +61,7 @@ class InMemoryZooKeeper:
         self._nodes: dict[str, _Node] = {"/": _Node(b"")}
         self._sessions: dict[int, Session] = {}
         self._session_ids = itertools.count(1)
+        self._creations = itertools.count(1)
         self._available = True
         self._watchers: list[Callable[[str], None]] = []
 
@@ -155,7 +157,7 @@ class InMemoryZooKeeper:
                 if not makepath:
                     raise NoNodeError(f"parent of {path} does not exist")
                 self.create(parent, b"", makepath=True)
-            self._nodes[path] = _Node(bytes(data), owner=owner)
+            self._nodes[path] = _Node(bytes(data), owner=owner, created=next(self._creations))
             self._nodes[parent].children.add(path.rsplit("/", 1)[1])
             self._nodes[parent].sequence += 1
             self._changed(path)
@@ -211,6 +213,13 @@ class InMemoryZooKeeper:
         parent.children.discard(path.rsplit("/", 1)[1])
         parent.sequence += 1
         self._changed(path)
+
+    def stat(self, path: str) -> tuple[int, int, int, int] | None:
+        """``(version, child version, number of children, creation number)``, None if absent."""
+        with self._cond:
+            self.check_available(f"stat {path}")
+            node = self._nodes.get(path)
+            return None if node is None else (node.version, node.sequence, len(node.children), node.created)
 
     def children(self, path: str) -> list[str] | None:
         with self._cond:

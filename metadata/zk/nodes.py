@@ -35,7 +35,7 @@ from metadata.errors import (
     StoreClosedError,
 )
 from metadata.layout import ConnectInfo
-from metadata.nodes import MultiOpFailed, Nodes, NodeState, Op, Wake
+from metadata.nodes import MultiOpFailed, Nodes, NodeStat, NodeState, Op, Wake
 from metadata.session import SessionEvent, SessionWorker
 from metadata.tls import ZkTls
 from metadata.zk.acl import client_options, secured_acl, walk
@@ -268,6 +268,17 @@ class ZkNodes(Nodes):
                 raise translate(outcome, path) from outcome
             else:
                 out.append(_node_state(*outcome))
+        return out
+
+    def stat_many(self, paths: list[str]) -> list[NodeStat | None]:
+        starts = [partial(self._client.exists_async, p) for p in paths]
+        out: list[NodeStat | None] = []
+        for path, st in zip(paths, self._gather(f"stat {paths[0] if paths else ''}", starts, idempotent=True),
+                            strict=True):
+            if isinstance(st, kz.ZookeeperError):
+                raise translate(st, path) from st
+            out.append(None if st is None else NodeStat(int(st.version), int(st.cversion), int(st.numChildren),
+                                                        int(st.czxid)))
         return out
 
     def _listings(self, paths: list[str], watch: Wake | None) -> list[tuple[list[str], int] | None]:

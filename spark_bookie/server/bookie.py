@@ -27,6 +27,7 @@ import grpc
 from ledger_client.protocol import bookkeeper_pb2_grpc as pb_grpc
 from metadata import MetadataError, MetadataStore
 from metadata import connect as connect_metadata
+from metadata.ledgers import LedgerPresence
 from spark_bookie.errors import ConfigError, StartupError
 from spark_bookie.server.access_gate import AccessGate
 from spark_bookie.server.admission import Admission
@@ -120,6 +121,7 @@ class Bookie:
         if self.metrics is not None:
             self.journal.on_sync = self.metrics.journal_synced
         self._gc: GarbageCollector | None = None
+        self._gc_presence = LedgerPresence()  # the GC's memory of the metadata it asked last round
         self._gc_stop = threading.Event()
         self._gc_wake = threading.Event()  # a forced GC round (the admin API's PUT /api/v1/bookie/gc)
         self.gc_running = False
@@ -331,18 +333,22 @@ class Bookie:
 
     # ------------------------------------------------------------------ GC
 
-    def _live_ledgers(self) -> set[int] | None:
+    def _missing_ledgers(self, local: set[int]) -> set[int] | None:
+        """Which local ledgers the metadata store says are gone: asked about these only, with the
+        last round's bucket stamps, so a round costs what changed (metadata.ledgers.missing_ledgers),
+        not a listing of every ledger in the cluster. Reaping first turns the tombstones roles left
+        into deleted nodes, which the buckets' stamps show."""
         try:
             reaped = self.metadata.ledgers.reap_deleted()   # ledgers roles deleted (tenants' tombstones)
             if reaped:
                 log.info("removed the metadata of %d ledgers deleted by their roles", reaped)
-            return self.metadata.ledgers.ledger_ids()
+            return self.metadata.ledgers.missing_ledgers(local, since=self._gc_presence)
         except MetadataError as e:
-            log.warning("GC skipped: ledger list unavailable (%s)", e)
+            log.warning("GC skipped: ledger metadata unavailable (%s)", e)
             return None
 
     def _start_gc(self) -> None:
-        self._gc = GarbageCollector(self.storage, self._live_ledgers,
+        self._gc = GarbageCollector(self.storage, missing_ledgers=self._missing_ledgers,
                                     compaction_ratio_threshold=self.config.gc_compaction_ratio_threshold)
 
         def run() -> None:
@@ -365,9 +371,13 @@ class Bookie:
             stats = self._gc.run_once()
             if stats.ledgers_deleted or stats.logs_deleted or stats.logs_compacted:
                 log.info("GC: %s", stats)
+            presence = self._gc_presence
+            log.debug("GC asked the metadata %d requests, %d nodes (full check: %s)", presence.requests,
+                      presence.nodes_read, presence.full)
             if self.metrics is not None:
                 self.metrics.gc_round(time.perf_counter() - started, stats.ledgers_deleted,
-                                      stats.bytes_reclaimed, stats.logs_compacted)
+                                      stats.bytes_reclaimed, stats.logs_compacted,
+                                      metadata_requests=presence.requests, metadata_nodes=presence.nodes_read)
         except Exception:
             log.exception("GC round failed")
         finally:

@@ -36,6 +36,7 @@ LATENCY_BUCKETS_S = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
 # Records per journal group (group commit): 1 at low rates, thousands under load.
 GROUP_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
 GC_BUCKETS_S = (0.001, 0.01, 0.1, 1.0, 10.0, 60.0, 600.0)
+GC_METADATA_BUCKETS = (0, 1, 10, 100, 1_000, 10_000, 100_000)  # requests or nodes per GC round
 
 
 @dataclass(frozen=True)
@@ -133,6 +134,12 @@ class BookieMetrics:
         self.gc_reclaimed = Counter("bookie_gc_RECLAIMED_SPACE_BYTES", "Bytes of entry logs reclaimed "
                                     "(deleted or compacted away)", registry=r)
         self.gc_compactions = Counter("bookie_gc_COMPACTION_COUNT", "Entry logs compacted", registry=r)
+        self.gc_metadata_requests = Histogram(
+            "bookie_gc_metadata_requests", "Metadata requests of a GC round's check of the local ledgers "
+            "(grows with what changed, not with the cluster)", registry=r, buckets=GC_METADATA_BUCKETS)
+        self.gc_metadata_nodes = Histogram(
+            "bookie_gc_metadata_nodes", "Metadata nodes a GC round stat'ed, read or listed", registry=r,
+            buckets=GC_METADATA_BUCKETS)
         self.write_rate_held = Counter("bookie_write_rate_held_seconds", "Seconds add batches were held for "
                                        "their namespace's write rate (DESIGN §4.10)", ["namespace"], registry=r)
         # Pre-bound children: .labels() is a dict lookup under a lock, too much for every batch.
@@ -188,8 +195,11 @@ class BookieMetrics:
     def write_held(self, namespace: str, seconds: float) -> None:
         self.write_rate_held.labels(namespace).inc(seconds)
 
-    def gc_round(self, seconds: float, ledgers_deleted: int, bytes_reclaimed: int, logs_compacted: int) -> None:
+    def gc_round(self, seconds: float, ledgers_deleted: int, bytes_reclaimed: int, logs_compacted: int, *,
+                 metadata_requests: int = 0, metadata_nodes: int = 0) -> None:
         self.gc_runtime.observe(seconds)
+        self.gc_metadata_requests.observe(metadata_requests)
+        self.gc_metadata_nodes.observe(metadata_nodes)
         if ledgers_deleted:
             self.gc_deleted_ledgers.inc(ledgers_deleted)
         if bytes_reclaimed:

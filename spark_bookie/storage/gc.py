@@ -8,9 +8,17 @@ still points into it) are rewritten into the current log, the index is switched 
 and the old file is deleted.
 
 The local ledger list is snapshotted BEFORE asking the metadata store: a ledger created after
-the metadata listing cannot be in the local snapshot, so it is never taken for a deleted one.
-If the metadata store cannot be reached (`live_ledgers()` returns None or raises), no ledger is
+the metadata was asked cannot be in the local snapshot, so it is never taken for a deleted one.
+If the metadata store cannot be reached (the question returns None or raises), no ledger is
 deleted this round; compaction, which depends only on local state, still runs.
+
+The question is `missing_ledgers(local)`: which of the ledgers this bookie holds the store
+answered, completely, do not exist (a tombstone counts as not existing). A bookie asks about its
+own ledgers rather than listing every ledger of the cluster, so a round costs in proportion to
+what it holds, and with the bookie's memory of the last round (metadata.ledgers.LedgerPresence)
+in proportion to what changed; nothing of the ledgers it does not hold is kept in memory.
+`live_ledgers()` (every ledger that exists) is the older form of the question, kept for callers
+that have the whole list anyway; only ledgers of the local snapshot are deleted either way.
 """
 
 from __future__ import annotations
@@ -51,23 +59,27 @@ class GarbageCollector:
     def __init__(
         self,
         storage: LedgerStorage,
-        live_ledgers: Callable[[], set[int] | None],
+        live_ledgers: Callable[[], set[int] | None] | None = None,
         *,
+        missing_ledgers: Callable[[set[int]], set[int] | None] | None = None,
         compaction_ratio_threshold: float,
     ) -> None:
+        """Give exactly one of ``live_ledgers`` and ``missing_ledgers`` (see the module docstring)."""
         if not 0.0 <= compaction_ratio_threshold <= 1.0:
             raise ValueError("compaction_ratio_threshold must be in [0, 1]")
+        if (live_ledgers is None) == (missing_ledgers is None):
+            raise ValueError("give exactly one of live_ledgers and missing_ledgers")
         self.storage = storage
-        self.live_ledgers = live_ledgers
+        self.missing_ledgers = missing_ledgers if missing_ledgers is not None else _missing_from(live_ledgers)
         self.threshold = compaction_ratio_threshold
         self.totals = GcStats()
 
     def run_once(self) -> GcStats:
         stats = GcStats()
         local = set(self.storage.ledger_ids())  # FIRST: see the module docstring
-        live = self._fetch_live()
-        if live is not None:
-            for ledger_id in sorted(local - live):
+        missing = self._fetch_missing(local)
+        if missing is not None:
+            for ledger_id in sorted(missing & local):
                 self.storage.delete_ledger(ledger_id)
                 stats.ledgers_deleted += 1
         for usage in self.storage.gc_log_usage():
@@ -77,15 +89,15 @@ class GarbageCollector:
             log.debug("gc round: %s", stats)
         return stats
 
-    def _fetch_live(self) -> set[int] | None:
+    def _fetch_missing(self, local: set[int]) -> set[int] | None:
         try:
-            live = self.live_ledgers()
+            missing = self.missing_ledgers(set(local))
         except Exception:
             log.warning("metadata store unreachable; no ledger deleted this GC round", exc_info=True)
             return None
-        if live is None:
+        if missing is None:
             log.info("metadata store unreachable; no ledger deleted this GC round")
-        return live
+        return missing
 
     def _collect_log(self, usage: LogUsage, stats: GcStats) -> None:
         if usage.live_bytes == 0:
@@ -98,6 +110,16 @@ class GarbageCollector:
             except StorageIOError:
                 log.exception("compaction of entry log %d abandoned; the file is kept", usage.log_id)
                 stats.logs_failed += 1
+
+
+def _missing_from(live_ledgers: Callable[[], set[int] | None] | None) -> Callable[[set[int]], set[int] | None]:
+    assert live_ledgers is not None
+
+    def missing(local: set[int]) -> set[int] | None:
+        live = live_ledgers()
+        return None if live is None else local - live
+
+    return missing
 
 
 def compact_log(storage: LedgerStorage, log_id: int) -> int:
