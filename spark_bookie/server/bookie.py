@@ -48,6 +48,11 @@ from spark_bookie.storage.ledger_storage import LedgerStorage
 
 log = logging.getLogger(__name__)
 
+#: A GC round reads every local ledger's node this often (and after a start or a new session);
+#: between, bucket stamps only see nodes created or deleted, so a tombstone whose deletion marker
+#: was never written (its role's client died between the two writes) waits at most this long.
+GC_FULL_CHECK_INTERVAL_S = 3600.0
+
 
 def _check_dir(d: str, what: str) -> None:
     p = Path(d)
@@ -122,6 +127,7 @@ class Bookie:
             self.journal.on_sync = self.metrics.journal_synced
         self._gc: GarbageCollector | None = None
         self._gc_presence = LedgerPresence()  # the GC's memory of the metadata it asked last round
+        self._gc_full_check_at = time.monotonic() + GC_FULL_CHECK_INTERVAL_S
         self._gc_stop = threading.Event()
         self._gc_wake = threading.Event()  # a forced GC round (the admin API's PUT /api/v1/bookie/gc)
         self.gc_running = False
@@ -342,6 +348,9 @@ class Bookie:
             reaped = self.metadata.ledgers.reap_deleted()   # ledgers roles deleted (tenants' tombstones)
             if reaped:
                 log.info("removed the metadata of %d ledgers deleted by their roles", reaped)
+            if time.monotonic() >= self._gc_full_check_at:   # forget the stamps: read every local ledger
+                self._gc_presence = LedgerPresence()
+                self._gc_full_check_at = time.monotonic() + GC_FULL_CHECK_INTERVAL_S
             return self.metadata.ledgers.missing_ledgers(local, since=self._gc_presence)
         except MetadataError as e:
             log.warning("GC skipped: ledger metadata unavailable (%s)", e)

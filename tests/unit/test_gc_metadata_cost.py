@@ -164,6 +164,20 @@ def test_deleted_and_tombstoned_ledgers_go_live_ones_stay(store: InMemoryMetadat
     assert 6 not in bookie.storage.ledger_ids() and 7 in bookie.storage.ledger_ids()
 
 
+def test_a_tombstone_without_marker_goes_at_the_hourly_full_check(store: InMemoryMetadataStore, bookie: Bookie,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    create_others(store, [1, 2])
+    hold(bookie, 1, 2)
+    count = count_requests(store)
+    gc_round(bookie, count)
+    store.ledgers.write_ledger_node(1, TOMBSTONE, 0)   # its role's client died before the marker
+    gc_round(bookie, count)
+    assert bookie.storage.ledger_ids() == [1, 2]       # the stamps cannot see it
+    monkeypatch.setattr(bookie, "_gc_full_check_at", 0.0)   # an hour later
+    gc_round(bookie, count)
+    assert bookie.storage.ledger_ids() == [2]
+
+
 def test_nothing_is_deleted_while_the_store_is_unreachable(zk: InMemoryZooKeeper, store: InMemoryMetadataStore,
                                                            bookie: Bookie) -> None:
     create_others(store, [1, 2])
