@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import logging
 import random
+from collections import deque
 from collections.abc import Collection
-from typing import Any
+from typing import Any, NamedTuple
 
 import grpc
 
@@ -26,6 +27,85 @@ from metadata import DigestType, LedgerMetadata
 from .plan import checkable_fragments, sample_entries
 
 log = logging.getLogger(__name__)
+
+
+class _Probe(NamedTuple):
+    ledger_id: int
+    bookie: str
+    fragment: int        # first entry id of the fragment
+    entry_id: int
+    digester: Digester | None
+    future: Any          # None when the read could not even be sent
+
+
+class ProbeWindow:
+    """The checker's reads of many ledgers with up to ``window`` of them in flight at once.
+
+    Before, a full check launched one ledger's probes and waited for them before the next ledger:
+    one round trip per ledger with entries (10,000 round trips and as many idle gRPC channels
+    for 100,000 ledgers, a tenth of them with entries). Here a read is sent as soon as its ledger
+    is added and answers are taken oldest first only once ``window`` reads are outstanding (and
+    at :meth:`drain`), so a scan waits about ``ceil(probes / window)`` times, whichever ledgers the
+    probes belong to. What a probe means is unchanged (:func:`_missing`): a definite "no such
+    entry / ledger" or a copy failing its digest is a loss; an error or a timeout proves nothing.
+    """
+
+    def __init__(self, pool: BookiePool, window: int, timeout_s: float, fraction: float,
+                 rng: random.Random) -> None:
+        self._pool = pool
+        self._window = max(1, window)
+        self._timeout_s = timeout_s
+        self._fraction = fraction
+        self._rng = rng
+        self._in_flight: deque[_Probe] = deque()
+        self._digesters: dict[DigestType, Digester] = {}
+        self._bad: dict[int, dict[str, list[int]]] = {}
+        self.probes = 0
+
+    def add(self, md: LedgerMetadata, available: Collection[str]) -> None:
+        """Send the probes of every finished fragment of ``md`` on its ``available`` bookies."""
+        digester = self._digester(md.digest_type)
+        for first, last, bookies in checkable_fragments(md):
+            for pos, bookie in enumerate(bookies):
+                if bookie not in available:
+                    continue
+                for e in sample_entries(md, first, last, pos, self._fraction, self._rng):
+                    while len(self._in_flight) >= self._window:
+                        self._settle(self._in_flight.popleft())
+                    self._in_flight.append(_Probe(md.ledger_id, bookie, first, e, digester,
+                                                  _launch_listed(self._pool, md.ledger_id, bookie, e)))
+                    self.probes += 1
+
+    def found(self) -> dict[int, dict[str, list[int]]]:
+        """What the probes answered so far showed (as :meth:`drain`), without waiting; taken."""
+        bad, self._bad = self._bad, {}
+        return bad
+
+    def drain(self) -> dict[int, dict[str, list[int]]]:
+        """Wait for every probe; ledger → bookie → first entry ids of the fragments it lacks
+        (in the order the probes were sent). The window is empty and reusable afterwards."""
+        while self._in_flight:
+            self._settle(self._in_flight.popleft())
+        return self.found()
+
+    def _settle(self, p: _Probe) -> None:
+        if not _missing(p.ledger_id, p.entry_id, p.future, p.digester, self._timeout_s):
+            return
+        keys = self._bad.setdefault(p.ledger_id, {}).setdefault(p.bookie, [])
+        if p.fragment not in keys:
+            log.warning("ledger %d: bookie %s does not have entry %d of fragment %d",
+                        p.ledger_id, p.bookie, p.entry_id, p.fragment)
+            keys.append(p.fragment)
+
+    def _digester(self, digest_type: DigestType) -> Digester | None:
+        """One digester per digest type (without a password it keeps no per-ledger state); None
+        for HMAC, whose key the auditor does not have: such copies are checked for presence only."""
+        if digest_type is DigestType.HMAC:
+            return None
+        d = self._digesters.get(digest_type)
+        if d is None:
+            d = self._digesters[digest_type] = Digester(digest_type, b"")
+        return d
 
 
 class FragmentChecker:
@@ -41,25 +121,15 @@ class FragmentChecker:
         """Bookie → first entry ids of the fragments where it is missing (or corrupts) entries.
 
         Only bookies in ``available`` are asked; a read that errors or times out proves nothing.
+        One ledger on its own: a scan of many uses :meth:`window` so reads of many ledgers overlap.
         """
-        probes: list[tuple[str, int, int]] = []   # (bookie, fragment key, entry id)
-        for first, last, bookies in checkable_fragments(md):
-            for pos, bookie in enumerate(bookies):
-                if bookie not in available:
-                    continue
-                for e in sample_entries(md, first, last, pos, self._fraction, self._rng):
-                    probes.append((bookie, first, e))
-        bad: dict[str, list[int]] = {}
-        digester = Digester(md.digest_type, b"") if md.digest_type is not DigestType.HMAC else None
-        for start in range(0, len(probes), self._window):
-            chunk = probes[start:start + self._window]
-            futures = [self._launch(md.ledger_id, b, e) for b, _k, e in chunk]
-            for (bookie, key, e), fut in zip(chunk, futures, strict=True):
-                if self._missing(md.ledger_id, e, fut, digester) and key not in bad.get(bookie, []):
-                    log.warning("ledger %d: bookie %s does not have entry %d of fragment %d",
-                                md.ledger_id, bookie, e, key)
-                    bad.setdefault(bookie, []).append(key)
-        return bad
+        win = self.window()
+        win.add(md, available)
+        return win.drain().get(md.ledger_id, {})
+
+    def window(self) -> ProbeWindow:
+        """A window of probe reads over many ledgers (the auditor's full check)."""
+        return ProbeWindow(self._pool, self._window, self._timeout_s, self._fraction, self._rng)
 
     def holds_ends(self, md: LedgerMetadata, first: int, last: int, position: int, bookie: str) -> bool:
         """Does ``bookie`` (at ``position`` of the fragment [first, last]) answer its first and last
@@ -83,24 +153,53 @@ class FragmentChecker:
         return True
 
     def _launch(self, ledger_id: int, bookie: str, entry_id: int) -> Any:
-        try:
-            return self._pool.get(bookie).read_future(ledger_id, entry_id)
-        except errors.LedgerError:
-            return None
+        return _launch(self._pool, ledger_id, bookie, entry_id)
 
-    def _missing(self, ledger_id: int, entry_id: int, fut: Any, digester: Digester | None) -> bool:
-        if fut is None:
-            return False
-        try:
-            resp = fut.result(timeout=self._timeout_s)
-        except (grpc.RpcError, grpc.FutureTimeoutError):
-            return False
-        if resp.status in (pb.ENOENTRY, pb.ENOLEDGER):
-            return True
-        if resp.status != pb.EOK or digester is None:
-            return False
-        try:
-            digester.unframe(resp.body, ledger_id, entry_id)
-        except FramingError:
-            return True
+
+def _launch(pool: BookiePool, ledger_id: int, bookie: str, entry_id: int) -> Any:
+    try:
+        return pool.get(bookie).read_future(ledger_id, entry_id)
+    except errors.LedgerError:
+        return None
+
+
+def _launch_listed(pool: BookiePool, ledger_id: int, bookie: str, entry_id: int) -> Any:
+    """A probe as a listed read of one entry: on the bookie's TCP read port (the pool's default
+    read transport) it costs a fifth of a gRPC call's CPU, which is what a check of tens of
+    thousands of probes spends. With one id listed the answer is unambiguous (the first entry
+    found is always returned, whatever its size; ENOENTRY when it is not held). A bookie the
+    listed read cannot be sent to (no TCP read port) is probed with a plain gRPC read instead."""
+    try:
+        return pool.get(bookie).read_entries_future(ledger_id, [entry_id])
+    except errors.LedgerError:
+        return _launch(pool, ledger_id, bookie, entry_id)
+
+
+#: what a probe's future may raise; none of it says anything about the bookie's copy
+_NO_ANSWER = (grpc.RpcError, grpc.FutureTimeoutError, TimeoutError, errors.LedgerError)
+
+
+def _missing(ledger_id: int, entry_id: int, fut: Any, digester: Digester | None, timeout_s: float) -> bool:
+    """Does this probe's answer prove the bookie lacks the entry (or holds a corrupt copy)? The
+    answer is a ReadResponse (plain read) or a ReadRangeResponse (listed read of that entry)."""
+    if fut is None:
         return False
+    try:
+        resp = fut.result(timeout=timeout_s)
+    except _NO_ANSWER:
+        return False
+    if resp.status in (pb.ENOENTRY, pb.ENOLEDGER):
+        return True
+    if resp.status != pb.EOK or digester is None:
+        return False
+    if isinstance(resp, pb.ReadRangeResponse):
+        if list(resp.entry_ids[:1]) != [entry_id] or not resp.bodies:
+            return False   # not an answer about this entry: proves nothing
+        body = resp.bodies[0]
+    else:
+        body = resp.body
+    try:
+        digester.unframe(body, ledger_id, entry_id)
+    except FramingError:
+        return True
+    return False

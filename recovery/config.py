@@ -31,6 +31,7 @@ class AutoRecoveryConfig:
     placement_check_interval_ms: int = 86_400_000     # periodic placement-policy check; 0 = off
     placement_min_locations_per_write_quorum: int = 2  # a write set must span this many network locations
     metadata_reads_in_flight_max: int = 256           # ledger-metadata reads pipelined in one batch while scanning
+    scan_cache_ledgers_max: int = 1_000_000           # ledgers whose decoded metadata the auditor keeps between scans
     # ---- replication worker
     worker_ledgers_in_flight_max: int = 4             # ledgers one worker re-replicates at once
     acquire_poll_ms: int = 1_000                      # how long one wait for a queued ledger lasts
