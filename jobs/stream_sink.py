@@ -156,18 +156,11 @@ def abort_batch(opts: SinkOptions, messages: Sequence[WriterCommitMessage | None
 
 
 def delete_unlinked(client: LedgerClient, ns: Any, stream: str, lids: list[int]) -> None:
-    from ledger_client import errors
-    from metadata.streams.linking import linked_ledgers
+    """The task ledgers ``lids`` that are not segments go, and all their markers
+    (ledger_client/stream/sink.py)."""
+    from ledger_client.stream.sink import delete_unlinked as delete
 
-    view = ns.view_if_any(stream)
-    keep = linked_ledgers(view) if view is not None else set()
-    for lid in lids:
-        if lid in keep:
-            continue
-        try:
-            client.delete_ledger(lid)
-        except errors.NoSuchLedgerError:
-            pass
+    delete(client, ns, stream, lids)
 
 
 def new_write_id() -> str:

@@ -13,6 +13,13 @@ are usable and testable on their own:
 3. :func:`collect_orphans`: task ledgers that no segment refers to (failed attempts, aborted or
    replayed batches, a driver that died before its commit), deleted once older than a grace
    period, or at once when they belong to the batch just committed (its attempts are over).
+
+Finding them: each task ledger is marked under its stream (``<stream>/tasks/<id>``,
+metadata/streams/store.py) right after it is created, so a sweep lists the markers and reads only
+those ledgers' metadata (pipelined), never every ledger of the cluster; it drops the markers of
+ledgers linked or gone since. A task that dies between creating its ledger and marking it leaves
+an unmarked ledger that only a full scan (``scan_all``: every ledger's metadata, in batches)
+finds, as do ledgers written before the markers existed.
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from metadata import InvalidMetadataError
+from metadata.model import decode
 from metadata.streams import Change, StreamView, linking
 from metadata.streams.model import Position
 
@@ -51,6 +59,7 @@ TAG_STREAM = "spark_sink_stream"      # "ns/stream"
 TAG_WRITE = "spark_sink_write"        # the batch key (linking.SparkBatch.key, with the batch id)
 TAG_CTIME = "spark_sink_ctime_ms"
 IN_FLIGHT_ENTRIES_MAX = 64            # entries appended but not yet acknowledged, per task
+READ_BATCH = 256                      # ledgers whose metadata a sweep reads in one round trip
 
 
 def write_tag(batch: linking.SparkBatch) -> bytes:
@@ -178,7 +187,27 @@ class TaskLedgerWriter:
                                                     s.digest, s.ledger_password, custom_metadata=tags,
                                                     namespace=self.ns.name, bookie_groups=s.bookie_groups,
                                                     bookie_groups_secondary=s.bookie_groups_secondary)
+        self._mark(self._handle)
         return self._handle
+
+    def _mark(self, h: WriteHandle) -> None:
+        """The ledger's marker under the stream (made first when this is the stream's first
+        write), which orphan collection lists; when it cannot be made the ledger goes and the
+        error is raised: a live task leaves no unmarked ledger."""
+        streams, ns, stream = self.ns.client.store.streams, self.ns.name, self.stream
+        what = f"mark Spark task ledger {h.ledger_id} of stream {ns}/{stream}"
+        try:
+            try:
+                with metadata_errors(what):
+                    streams.add_task_ledger(ns, stream, h.ledger_id)
+            except errors.NoSuchStreamError:
+                self.ns.ensure_stream(stream)
+                with metadata_errors(what):
+                    streams.add_task_ledger(ns, stream, h.ledger_id)
+        except BaseException:
+            self._handle = None
+            _drop(self.ns.client, h)
+            raise
 
     @property
     def ledger_id(self) -> int | None:
@@ -203,14 +232,28 @@ class TaskLedgerWriter:
         h = self._handle
         if h is None:
             return
-        try:
-            h.close()
-        except errors.LedgerError:
-            pass
-        try:
-            self.ns.client.delete_ledger(h.ledger_id)
-        except errors.LedgerError as e:
-            log.warning("task ledger %d not deleted (orphan collection will): %s", h.ledger_id, e)
+        if _drop(self.ns.client, h):
+            try:
+                with metadata_errors(f"unmark task ledger {h.ledger_id}"):
+                    self.ns.client.store.streams.remove_task_ledgers(self.ns.name, self.stream, [h.ledger_id])
+            except errors.LedgerError as e:
+                log.warning("marker of deleted task ledger %d left (orphan collection drops it): %s", h.ledger_id, e)
+
+
+def _drop(client: LedgerClient, h: WriteHandle) -> bool:
+    """Close and delete a task's ledger (best effort); whether it is gone."""
+    try:
+        h.close()
+    except errors.LedgerError:
+        pass
+    try:
+        client.delete_ledger(h.ledger_id)
+    except errors.NoSuchLedgerError:
+        pass
+    except errors.LedgerError as e:
+        log.warning("task ledger %d not deleted (orphan collection will): %s", h.ledger_id, e)
+        return False
+    return True
 
 
 def link_task_ledgers(ns: Namespace, stream: str, batch: linking.SparkBatch, tasks: list[linking.TaskLedger],
@@ -246,43 +289,108 @@ def link_task_ledgers(ns: Namespace, stream: str, batch: linking.SparkBatch, tas
 
 
 def collect_orphans(client: LedgerClient, ns: Namespace, stream: str, older_than_ms: int,
-                    batch: linking.SparkBatch | None = None, dry_run: bool = False) -> list[int]:
+                    batch: linking.SparkBatch | None = None, dry_run: bool = False, *,
+                    scan_all: bool = False) -> list[int]:
     """Delete the stream's task ledgers that no segment refers to and that are older than
-    ``older_than_ms`` (or were written for ``batch``, whose commit is over); their ids."""
-    found: list[tuple[int, dict[str, bytes]]] = []
-    want = f"{ns.name}/{stream}".encode()
-    for lid in list(client.list_ledgers()):
-        try:
-            tags = client.ledger_metadata(lid).custom_metadata
-        except errors.NoSuchLedgerError:
-            continue
-        if tags.get(TAG_STREAM) == want:
-            found.append((lid, tags))
-    if not found:
+    ``older_than_ms`` (or were written for ``batch``, whose commit is over); their ids.
+
+    Reads the stream's markers (one listing) and the metadata of the ledgers they name, READ_BATCH
+    per round trip, and drops the markers of ledgers linked or gone: a sweep costs what was
+    written since the last one, whatever the size of the cluster. ``scan_all`` reads every
+    ledger's metadata instead (in batches, skipping those this client may not read), for task
+    ledgers without a marker: written before markers existed, or by a task that died between
+    creating its ledger and marking it."""
+    what = f"{ns.name}/{stream}"
+    with metadata_errors(f"list the Spark task ledgers of {what}"):
+        marked = client.store.streams.list_task_ledgers(ns.name, stream)
+    ids = sorted(set(client.list_ledgers()) | set(marked)) if scan_all else marked
+    if not ids:
+        return []
+    tags, gone = _read_tags(client, ids, skip_denied=scan_all)
+    found = {lid: t for lid, t in tags.items() if t.get(TAG_STREAM) == what.encode()}
+    if not found and not gone.intersection(marked):
         return []
     view = ns.view_if_any(stream)   # read after listing: a ledger linked meanwhile is seen as linked
     linked = linking.linked_ledgers(view) if view is not None else set()
     now = now_ms()
     doomed = []
-    for lid, tags in found:
+    for lid, t in found.items():
         if lid in linked:
             continue
         try:
-            age = now - int(tags.get(TAG_CTIME, b"0").decode())
+            age = now - int(t.get(TAG_CTIME, b"0").decode())
         except ValueError:
             age = now
-        if age > older_than_ms or (batch is not None and tags.get(TAG_WRITE) == write_tag(batch)):
+        if age > older_than_ms or (batch is not None and t.get(TAG_WRITE) == write_tag(batch)):
             doomed.append(lid)
+    if doomed:
+        log.info("stream %s: %s %d orphaned Spark task ledgers: %s", what, "found" if dry_run else "deleting",
+                 len(doomed), doomed[:20])
     if not dry_run:
         for lid in doomed:
             try:
                 client.delete_ledger(lid)
             except errors.NoSuchLedgerError:
                 pass
-    if doomed:
-        log.info("stream %s/%s: %s %d orphaned Spark task ledgers: %s", ns.name, stream,
-                 "found" if dry_run else "deleted", len(doomed), doomed[:20])
+        done = linked | gone | set(doomed)
+        with metadata_errors(f"drop the task ledger markers of {what}"):
+            client.store.streams.remove_task_ledgers(ns.name, stream, [lid for lid in marked if lid in done])
     return doomed
+
+
+def delete_unlinked(client: LedgerClient, ns: Namespace, stream: str, lids: list[int]) -> None:
+    """Delete those of the task ledgers ``lids`` that are not segments of the stream (an aborted
+    or a replayed batch's), and drop the markers of all of them (the others are linked)."""
+    view = ns.view_if_any(stream)
+    keep = linking.linked_ledgers(view) if view is not None else set()
+    for lid in lids:
+        if lid not in keep:
+            try:
+                client.delete_ledger(lid)
+            except errors.NoSuchLedgerError:
+                pass
+    with metadata_errors(f"drop the task ledger markers of {ns.name}/{stream}"):
+        client.store.streams.remove_task_ledgers(ns.name, stream, lids)
+
+
+def _read_tags(client: LedgerClient, ids: list[int],
+               skip_denied: bool) -> tuple[dict[int, dict[str, bytes]], set[int]]:
+    """The custom metadata of each of ``ids`` that exists, and the ids that do not; READ_BATCH
+    per round trip. ``skip_denied``: ledgers this client may not read are left out of both."""
+    tags: dict[int, dict[str, bytes]] = {}
+    gone: set[int] = set()
+    for i in range(0, len(ids), READ_BATCH):
+        for lid, got in _read_nodes(client, ids[i:i + READ_BATCH], skip_denied):
+            if got is None:
+                gone.add(lid)
+                continue
+            try:
+                tags[lid] = decode(got[0], lid).custom_metadata
+            except InvalidMetadataError as e:
+                log.warning("ledger %d skipped: its metadata cannot be read (%s)", lid, e)
+    return tags, gone
+
+
+def _read_nodes(client: LedgerClient, chunk: list[int],
+                skip_denied: bool) -> list[tuple[int, tuple[bytes, int] | None]]:
+    """The metadata nodes of ``chunk`` in one round trip, as ``client.ledger_metadata`` reads them
+    (ZooKeeper's ACLs decide; a refusal is UnauthorizedAccessError). ZooKeeper refuses a batch
+    for any one node: with ``skip_denied`` it is halved until the refused ledgers are alone, and
+    those are left out."""
+    what = f"read ledgers {chunk[0]}..{chunk[-1]}"
+    try:
+        with metadata_errors(what):
+            return list(zip(chunk, client.store.ledgers.read_ledger_nodes(chunk), strict=True))
+    except errors.UnauthorizedAccessError as e:
+        if not skip_denied:
+            caller = client.caller
+            who = f"role {caller.subject!r}" if caller is not None else "this client (no token)"
+            raise errors.UnauthorizedAccessError(f"{who} may not {what}: not their creator nor granted 'consume' "
+                                                 f"or 'produce' on their namespace ({e})") from e
+    if len(chunk) == 1:
+        return []   # not this client's to read
+    half = len(chunk) // 2
+    return _read_nodes(client, chunk[:half], True) + _read_nodes(client, chunk[half:], True)
 
 
 def owner_name(what: str) -> str:

@@ -15,6 +15,9 @@ Layout under ``<root>/streams`` (DistributedLog's spirit):
   ``subscriptions`` directory node (CAS), whose version a retention checks in its multi-op, so that
   one decided on an older view cannot delete what they need. Consumers may write there (tenant
   ACLs: metadata/zk/tenant_acl.py), not on the stream node;
+- ``<ns>/<stream>/tasks/<ledger id>``: an empty node per Spark task ledger written for the stream
+  and not yet known to be linked or deleted (ledger_client/stream/sink.py): what its orphan
+  collection lists instead of every ledger of the cluster. Producers write there;
 - ``<ns>/<stream>/lock/lock-<seq>``: ephemeral sequential nodes of writers; the lowest holds the
   stream. Every change a writer makes checks that its own lock node still exists (in the same
   multi-op), so a writer whose session expired cannot change the stream after a new writer took it.
@@ -49,6 +52,8 @@ STREAMS = "streams"
 SEGMENTS = "segments"
 LOCK = "lock"
 SUBSCRIPTIONS = "subscriptions"
+TASKS = "tasks"
+_PIPELINE_MAX = 256    # requests sent together
 _READ_TRIES_MAX = 20   # a stream changing under read_stream this many times in a row is an error
 
 
@@ -152,7 +157,7 @@ class StreamStore:
         """NodeExistsError if it exists, NamespaceGoneError if the namespace does not."""
         path = self._stream_path(ns, name)
         ops = [Op("create", path, encode_stream(meta)), Op("create", f"{path}/{SEGMENTS}"),
-               Op("create", f"{path}/{LOCK}"), Op("create", f"{path}/{SUBSCRIPTIONS}")]
+               Op("create", f"{path}/{LOCK}"), Op("create", f"{path}/{SUBSCRIPTIONS}"), Op("create", f"{path}/{TASKS}")]
         try:
             self._multi(ops)
         except MultiOpFailed as e:
@@ -252,7 +257,7 @@ class StreamStore:
         path = self._stream_path(ns, name)
         if self._nodes.get_many([path])[0] is None:
             raise StreamGoneError(f"stream {ns}/{name} does not exist")
-        for sub in (SEGMENTS, LOCK, SUBSCRIPTIONS):
+        for sub in (SEGMENTS, LOCK, SUBSCRIPTIONS, TASKS):
             for child in self._nodes.children(f"{path}/{sub}") or []:
                 self._delete_quietly(f"{path}/{sub}/{child}")
             self._delete_quietly(f"{path}/{sub}")
@@ -316,6 +321,38 @@ class StreamStore:
             self._nodes.delete(self._sub_path(ns, name, sub), version, retry=False)
         except NoNodeError as e:
             raise SubscriptionGoneError(f"subscription {sub!r} of {ns}/{name} does not exist") from e
+
+    # -- Spark task ledgers (ledger_client/stream/sink.py) ----------------------------------------
+    def add_task_ledger(self, ns: str, name: str, ledger_id: int) -> None:
+        """Mark ``ledger_id`` as a task ledger of the stream (``<stream>/tasks/<id>``; idempotent;
+        the directory is made for a stream created before it was part of one). StreamGoneError
+        without the stream."""
+        stream = self._stream_path(ns, name)
+        path = f"{stream}/{TASKS}/{int(ledger_id)}"
+        for attempt in range(2):
+            try:
+                self._nodes.create(path)
+                return
+            except NodeExistsError:
+                return
+            except NoNodeError:
+                if attempt:
+                    raise
+                self._ensure_child_dir(stream, TASKS, f"{ns}/{name}")
+
+    def list_task_ledgers(self, ns: str, name: str) -> list[int]:
+        """The ids marked under the stream, ascending (one listing); [] without the stream."""
+        kids = self._nodes.children(f"{self._stream_path(ns, name)}/{TASKS}") or []
+        return sorted(int(k) for k in kids if k.isdigit())
+
+    def remove_task_ledgers(self, ns: str, name: str, ledger_ids: list[int]) -> None:
+        """Drop the markers of ``ledger_ids`` (pipelined; absent ones are no error)."""
+        base = f"{self._stream_path(ns, name)}/{TASKS}"
+        ops = [Op("delete", f"{base}/{int(lid)}") for lid in ledger_ids]
+        for i in range(0, len(ops), _PIPELINE_MAX):
+            for outcome in self._nodes.pipeline(ops[i:i + _PIPELINE_MAX], retry=True):
+                if isinstance(outcome, MetadataError) and not isinstance(outcome, NoNodeError):
+                    raise outcome
 
     # -- the writer lock --------------------------------------------------------------------
     def lock_stream(self, ns: str, name: str, owner: str, timeout_s: float) -> StreamLockInfo:

@@ -278,11 +278,13 @@ def cmd_retention(client: LedgerClient, args: argparse.Namespace) -> int:
 
 def cmd_gc(client: LedgerClient, args: argparse.Namespace) -> int:
     """Spark task ledgers of the stream that no segment refers to (a failed or replayed batch, a
-    driver that died before its commit), older than --older-than-ms: deleted, one id per line."""
+    driver that died before its commit), older than --older-than-ms: deleted, one id per line.
+    Found through the stream's task markers; --all-ledgers reads every ledger of the cluster
+    (ledgers written before the markers, or by a task that died before marking its ledger)."""
     from ledger_client.stream.sink import collect_orphans
 
     ns, name = _ns(client, args.stream)
-    doomed = collect_orphans(client, ns, name, args.older_than_ms, dry_run=args.dry_run)
+    doomed = collect_orphans(client, ns, name, args.older_than_ms, dry_run=args.dry_run, scan_all=args.all_ledgers)
     if args.json:
         print(json.dumps({"stream": f"{ns.name}/{name}", "dry_run": args.dry_run, "ledgers": doomed}))
     else:
@@ -355,6 +357,9 @@ def add_stream_parser(p: argparse.ArgumentParser) -> None:
     c.add_argument("--older-than-ms", type=int, default=3_600_000, metavar="MS",
                    help="only ledgers at least this old (default: an hour; a running job's are younger)")
     c.add_argument("--dry-run", action="store_true", help="list them, delete nothing")
+    c.add_argument("--all-ledgers", action="store_true",
+                   help="read every ledger's metadata, not only the stream's marked task ledgers (slow on a "
+                        "large cluster; finds task ledgers without a marker)")
     c = command("truncate", cmd_truncate, "drop every record before DLSN", admin=True)
     c.add_argument("stream", type=_split, metavar="NS/S")
     c.add_argument("dlsn", metavar="DLSN")

@@ -16,7 +16,14 @@ from stream_helpers import WriterProcess, payload, read_all
 from jobs.options import SinkOptions
 from jobs.stream_sink import SinkMessage, abort_batch, commit_batch
 from ledger_client import errors
-from ledger_client.stream.sink import TAG_STREAM, TaskLedgerWriter, collect_orphans
+from ledger_client.stream.sink import (
+    TAG_CTIME,
+    TAG_STREAM,
+    TAG_WRITE,
+    TaskLedgerWriter,
+    _read_nodes,
+    collect_orphans,
+)
 from metadata.streams.linking import SparkBatch
 
 pytestmark = pytest.mark.integration
@@ -89,8 +96,10 @@ def test_abort_and_orphans_of_a_dead_driver_are_deleted(cluster_factory):
         ns = c.create_namespace("ns", ensemble_size=1, write_quorum_size=1, ack_quorum_size=1)
         b = SparkBatch.write("0000000000003-c")
         aborted = [task_write(ns, b, p, [b"x"] * 5) for p in range(2)]
+        assert c.store.streams.list_task_ledgers("ns", "s") == sorted(m.task.ledger_id for m in aborted)
         abort_batch(opts(sb), aborted + [None])
-        assert tagged_ledgers(c) == set() and not ns.stream_exists("s")
+        assert tagged_ledgers(c) == set() and c.store.streams.list_task_ledgers("ns", "s") == []
+        assert ns.view("s").segments == {}      # made by the first task ledger's marker, left empty
         dead = [task_write(ns, SparkBatch.query("q-dead", 7), p, [b"y"]) for p in range(2)]  # never committed
         assert {m.task.ledger_id for m in dead} == tagged_ledgers(c)
         assert collect_orphans(c, ns, "s", older_than_ms=3_600_000) == []   # young: maybe a running job's
@@ -231,3 +240,174 @@ def test_a_second_replicator_adds_no_copy_twice_and_its_redundant_ledgers_go(clu
         part = copy(q3, 0, 1, 8)                             # (1,1,0)..(1,1,7): the replica holds up to (1,1,4)
         with pytest.raises(errors.IncorrectParameterError, match="twice"):
             fanout_commit(opts, q3, [FanoutMessage((part,), q3)], sweep=False)
+
+
+class CountingReads:
+    """Every node a metadata read asks for (get, listing, stat), through the client's one session."""
+
+    def __init__(self, nodes, monkeypatch) -> None:
+        self.paths: list[str] = []
+        self.requests = 0
+        for name in ("get_many", "children_many", "children_versioned", "stat_many"):
+            monkeypatch.setattr(nodes, name, self._counted(getattr(nodes, name)))
+
+    def _counted(self, real):
+        def read(paths, *args, **kw):
+            self.paths += list(paths)
+            self.requests += 1
+            return real(paths, *args, **kw)
+        return read
+
+
+def unrelated_ledgers(c, n: int) -> list[int]:
+    from concurrent.futures import ThreadPoolExecutor
+
+    def make(_i: int) -> int:
+        h = c.create_ledger(1, 1, 1)
+        h.close()
+        return h.ledger_id
+
+    with ThreadPoolExecutor(8) as pool:
+        return list(pool.map(make, range(n)))
+
+
+def test_a_sweep_reads_the_metadata_of_the_streams_task_ledgers_only(cluster_factory, monkeypatch):
+    """collect_orphans lists the stream's task markers and reads those ledgers: what it asks of
+    ZooKeeper does not grow with the cluster's other ledgers (500 here)."""
+    sb = cluster_factory(1)
+    with client(sb) as c:
+        ns = c.create_namespace("ns", ensemble_size=1, write_quorum_size=1, ack_quorum_size=1)
+        b = SparkBatch.query("q", 0)
+        assert commit_batch(opts(sb), b, [task_write(ns, b, 0, [b"linked"])], sweep=False)
+        dead = task_write(ns, SparkBatch.query("q-dead", 3), 0, [b"orphan"])
+        others = unrelated_ledgers(c, 500)
+        reads = CountingReads(c.store.nodes, monkeypatch)
+        assert collect_orphans(c, ns, "s", older_than_ms=0) == [dead.task.ledger_id]
+        other_paths = {c.store.ledgers._paths.ledger(lid) for lid in others}
+        assert not other_paths.intersection(reads.paths)
+        assert reads.requests <= 8 and len(reads.paths) <= 20, (reads.requests, reads.paths)
+        assert c.store.streams.list_task_ledgers("ns", "s") == []
+        reads.paths.clear()
+        reads.requests = 0
+        assert collect_orphans(c, ns, "s", older_than_ms=0) == []   # nothing marked: one listing
+        assert reads.requests == 1, reads.paths
+
+
+def test_a_sweep_drops_linked_and_gone_markers_and_old_orphans_keeps_young_ones(cluster_factory):
+    sb = cluster_factory(1)
+    with client(sb) as c:
+        ns = c.create_namespace("ns", ensemble_size=1, write_quorum_size=1, ack_quorum_size=1)
+        b = SparkBatch.query("q", 0)
+        msgs = [task_write(ns, b, p, [b"r%d" % p]) for p in range(2)]
+        assert commit_batch(opts(sb), b, msgs, sweep=False)
+        linked = sorted(m.task.ledger_id for m in msgs)
+        assert c.store.streams.list_task_ledgers("ns", "s") == linked     # linked: left to the next sweep
+        old = task_write(ns, SparkBatch.query("q-dead", 1), 0, [b"old"])
+        gone = task_write(ns, SparkBatch.query("q-dead", 2), 0, [b"gone"])
+        c.delete_ledger(gone.task.ledger_id)                             # deleted behind the sweep's back
+        time.sleep(2.0)
+        young = task_write(ns, SparkBatch.query("q-live", 1), 0, [b"young"])
+        assert collect_orphans(c, ns, "s", older_than_ms=1500, dry_run=True) == [old.task.ledger_id]
+        assert len(c.store.streams.list_task_ledgers("ns", "s")) == 5    # a dry run changes nothing
+        assert collect_orphans(c, ns, "s", older_than_ms=1500) == [old.task.ledger_id]
+        assert c.store.streams.list_task_ledgers("ns", "s") == [young.task.ledger_id]
+        with pytest.raises(errors.NoSuchLedgerError):
+            c.ledger_metadata(old.task.ledger_id)
+        assert c.ledger_metadata(young.task.ledger_id).custom_metadata[TAG_STREAM] == b"ns/s"
+        assert tagged_ledgers(c) == set(linked) | {young.task.ledger_id}
+        ns.delete_stream("s")                                            # with markers left under it
+        assert not ns.stream_exists("s") and tagged_ledgers(c) == {young.task.ledger_id}
+
+
+def test_a_full_scan_finds_a_task_ledger_without_a_marker(cluster_factory):
+    """A task ledger written before the markers existed (or by a task that died before marking
+    it): only ``scan_all`` (the CLI's --all-ledgers) finds it."""
+    sb = cluster_factory(1)
+    with client(sb) as c:
+        ns = c.create_namespace("ns", ensemble_size=1, write_quorum_size=1, ack_quorum_size=1)
+        ns.ensure_stream("s")
+        unrelated_ledgers(c, 300)                                        # more than one batch of reads
+        tags = {TAG_STREAM: b"ns/s", TAG_WRITE: b"q-old#0", TAG_CTIME: b"1000"}
+        h = c.create_ledger(1, 1, 1, custom_metadata=tags, namespace="ns")
+        h.close()
+        assert collect_orphans(c, ns, "s", older_than_ms=0) == []
+        listed = subprocess.run([sys.executable, "-m", "spark_bookie.cli", "stream", "--zk", sb.connect_string,
+                                 "gc", "ns/s", "--older-than-ms", "0", "--dry-run", "--all-ledgers"],
+                                capture_output=True, text=True, timeout=120)
+        assert listed.returncode == 0, listed.stderr
+        assert listed.stdout.split() == [str(h.ledger_id)]
+        assert collect_orphans(c, ns, "s", older_than_ms=0, scan_all=True) == [h.ledger_id]
+        assert tagged_ledgers(c) == set()
+
+
+SECRET = b"the-sink-tenants-cluster-secret-0123456789"
+SUPER = "cluster:super-s3cret"
+MEMBERS = "members:member-s3cret"
+ROLES = {"root": ("admin", SUPER), "acme-admin": ("client", "acme-admin:a-pw"), "ingest": ("client", "ingest:i-pw"),
+         "intruder": ("client", "intruder:x-pw")}
+
+
+def role_client(sb, role: str):
+    from ledger_client import ClientConfig, LedgerClient
+    from spark_bookie.server.auth import mint_token
+
+    claim, zk = ROLES[role]
+    extra = {} if role == "root" else {"zk_member_auth": MEMBERS}
+    return LedgerClient(sb.connect_string, config=ClientConfig(auth_token=mint_token(SECRET, role, claim, ttl_s=3600),
+                                                               zk_auth=zk, operation_timeout_ms=15_000, **extra))
+
+
+@pytest.fixture
+def secured(cluster_factory, tmp_path):
+    """Per-tenant ZooKeeper ACLs on (metadata/zk/tenant_acl.py); ``ingest`` may only produce in
+    acme's namespace ``payments``; ``intruder`` has no grant."""
+    from spark_bookie.server.auth import mint_token
+
+    secret = tmp_path / "secret"
+    secret.write_bytes(SECRET)
+    conf = tmp_path / "root.toml"
+    conf.write_text(f'[client]\nzk_auth = "{SUPER}"\nzk_member_auth = "{MEMBERS}"\n'
+                    f'auth_token = "{mint_token(SECRET, "root", "admin", 3600)}"\n')
+    sb = cluster_factory(1, auth_enabled=True, auth_token_secret_path=str(secret), zk_auth=SUPER,
+                         client_conf=str(conf))
+    done = subprocess.run([sys.executable, "-m", "spark_bookie.cli", "--client-conf", str(conf), "shell", "--zk",
+                           sb.connect_string, "secure-metadata", "--tenants"], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0 and "per-tenant ACLs on" in done.stdout, done.stderr
+    with role_client(sb, "root") as c:
+        for role in ("acme-admin", "ingest", "intruder"):
+            c.store.tenants.register_role(role, ROLES[role][1])
+        c.create_tenant("acme", admin_roles=["acme-admin"])
+    with role_client(sb, "acme-admin") as c:
+        c.create_namespace("payments", tenant="acme", ensemble_size=1, write_quorum_size=1,
+                           ack_quorum_size=1).grant_permission("ingest", ["produce"])
+    return sb
+
+
+def test_a_produce_only_role_marks_sweeps_and_scans_past_ledgers_it_may_not_read(secured):
+    """With per-tenant ZooKeeper ACLs a role granted only 'produce' makes the stream, the tasks
+    directory and its markers, and its sweeps delete them; a full scan skips the ledgers it may
+    not read (another role's) instead of failing."""
+    with role_client(secured, "intruder") as c:
+        foreign = c.create_ledger(1, 1, 1, password=b"x")
+        foreign.close()
+    with role_client(secured, "ingest") as c:
+        ns = c.namespace("payments")
+        with pytest.raises(errors.UnauthorizedAccessError):
+            c.ledger_metadata(foreign.ledger_id)
+        w = TaskLedgerWriter(ns, "s", SparkBatch.query("q-dead", 0), 0, relative_txids=True)
+        w.add(b"orphan")
+        dead = w.finish()
+        assert c.store.streams.list_task_ledgers("payments", "s") == [dead.ledger_id]
+        tags = {TAG_STREAM: b"payments/s", TAG_WRITE: b"q-old#0", TAG_CTIME: b"1000"}
+        unmarked = c.create_ledger(1, 1, 1, custom_metadata=tags, namespace="payments")
+        unmarked.close()
+        assert collect_orphans(c, ns, "s", older_than_ms=0) == [dead.ledger_id]
+        assert c.store.streams.list_task_ledgers("payments", "s") == []
+        with pytest.raises(errors.UnauthorizedAccessError, match="'ingest' may not read ledgers"):
+            _read_nodes(c, sorted(c.list_ledgers()), skip_denied=False)   # a batch holding the foreign one
+        assert collect_orphans(c, ns, "s", older_than_ms=0, scan_all=True) == [unmarked.ledger_id]
+        with pytest.raises(errors.NoSuchLedgerError):
+            c.ledger_metadata(unmarked.ledger_id)
+    with role_client(secured, "intruder") as c:
+        assert c.ledger_metadata(foreign.ledger_id).ledger_id == foreign.ledger_id   # left alone
