@@ -353,7 +353,7 @@ class Auditor:
         locations/groups/writability or its groups changed since the verdict it has
         (:mod:`recovery.placement_audit`): violations are still counted and logged every check."""
         available = self._current_available()
-        info = {b: self._store.cluster.bookie_info(b) for b in available}
+        info = self._store.cluster.bookie_infos(sorted(available))
         location_of = {b: str(i.get("network_location") or "") for b, i in info.items()}
         group_of = {b: str(i.get("bookie_group") or "") for b, i in info.items()}
         self._placement.begin(location_of, group_of, self._store.cluster.list_bookies(),
