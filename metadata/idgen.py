@@ -16,9 +16,9 @@ Clients of both schemes must not run on one cluster at the same time.
 from __future__ import annotations
 
 import re
-import threading
 
 from metadata.errors import BadVersionError, MetadataAccessDeniedError, MetadataError, NodeExistsError, NoNodeError
+from metadata.group_commit import GroupCommit
 from metadata.layout import ZkLayout
 from metadata.nodes import Nodes
 
@@ -30,16 +30,6 @@ IDGEN_LOW_LIMIT = 2**31 - 1
 ID_MAX = 2**63 - 1
 _HOB_PREFIX = "HOB-"
 _HOB_RE = re.compile(_HOB_PREFIX + r"\d{10}")
-
-
-class _IdSlot:
-    """One caller's place in the next batch of ids: its id or the batch's error."""
-
-    __slots__ = ("error", "ledger_id")
-
-    def __init__(self) -> None:
-        self.ledger_id: int | None = None
-        self.error: BaseException | None = None
 
 
 def claim(counter: int, size: int) -> tuple[int, int]:
@@ -65,42 +55,13 @@ class LedgerIdGenerator:
         self._next = self._end = 0          # the claimed block not yet handed out: [next, end)
         self._block = 1                     # the next claim's size (doubles up to block_ids_max)
         self._seen: tuple[int, int] | None = None   # (counter, znode version) after our last claim
-        self._cond = threading.Condition()
-        self._queue: list[_IdSlot] = []
-        self._leading = False
+        self._batches: GroupCommit[None, int] = GroupCommit(lambda items: self.next_ids(len(items)))
 
     def next_id(self) -> int:
-        slot = _IdSlot()
-        with self._cond:
-            self._queue.append(slot)
-            while slot.ledger_id is None and slot.error is None:
-                if self._leading:
-                    self._cond.wait()
-                    continue
-                self._leading, batch, self._queue = True, self._queue, []
-                self._cond.release()
-                try:
-                    self._serve(batch)
-                finally:
-                    self._cond.acquire()
-                    self._leading = False
-                    self._cond.notify_all()
-        if slot.ledger_id is None:
-            raise slot.error or MetadataError("no ledger id was handed out")
-        return slot.ledger_id
-
-    def _serve(self, batch: list[_IdSlot]) -> None:
-        try:
-            ids = self.next_ids(len(batch))
-        except BaseException as e:  # every waiter of the batch learns why, the leader too
-            for s in batch:
-                s.error = e
-            return
-        for s, lid in zip(batch, ids, strict=True):
-            s.ledger_id = lid
+        return self._batches.submit(None)
 
     def next_ids(self, count: int) -> list[int]:
-        """``count`` new ids, ascending (not thread-safe: :meth:`next_id` serialises callers)."""
+        """``count`` new ids, ascending (not thread-safe: :meth:`next_id`'s batches take turns)."""
         ids: list[int] = []
         with self._nodes.deadline():
             while len(ids) < count:

@@ -19,10 +19,11 @@ from metadata.errors import (
     NoNodeError,
     NotEmptyError,
 )
+from metadata.group_commit import GroupCommit
 from metadata.idgen import LedgerIdGenerator
 from metadata.layout import DELETED, ZkLayout, is_bucket_name, is_ledger_node_name, ledger_path_components
 from metadata.model import TOMBSTONE, LedgerMetadata, decode, encode
-from metadata.nodes import Nodes, NodeStat
+from metadata.nodes import Nodes, NodeStat, Op
 from metadata.watches import LedgerWatch, LedgerWatchCallback, LedgerWatchState, WatchKeeper
 
 _BATCH = 256  # outstanding requests per round trip when walking the ledger tree
@@ -64,6 +65,8 @@ class LedgerStore:
         self._paths = paths
         self._watches = watches
         self.id_generator = LedgerIdGenerator(nodes, paths)
+        self._creates: GroupCommit[tuple[int, bytes], int] = GroupCommit(self._create_batch)
+        self._writes: GroupCommit[tuple[int, bytes, int], int] = GroupCommit(self._write_batch)
 
     # -- ids ------------------------------------------------------------------------------------
     def ledger_ids(self) -> set[int]:
@@ -180,7 +183,15 @@ class LedgerStore:
 
     # -- the raw nodes -------------------------------------------------------------------------
     def create_ledger_node(self, ledger_id: int, data: bytes) -> int:
-        """Create the ledger's metadata node (NodeExistsError if present); returns its version (0)."""
+        """Create the ledger's metadata node (NodeExistsError if present); returns its version (0).
+        Creates that threads of this session ask for together go as one multi-op (group_commit)."""
+        return self._creates.submit((ledger_id, data))
+
+    def _create_batch(self, items: list[tuple[int, bytes]]) -> list[int | BaseException]:
+        ops = [Op("create", self._paths.ledger(lid), data) for lid, data in items]
+        return self._multi_each(ops, lambda i: self._create_one(*items[i]), lambda i: 0)
+
+    def _create_one(self, ledger_id: int, data: bytes) -> int:
         path = self._paths.ledger(ledger_id)
         try:
             self._nodes.create(path, data, makepath=True, retry=False)
@@ -202,7 +213,38 @@ class LedgerStore:
         """CAS-update the ledger's metadata node; returns the new version.
 
         BadVersionError if the node is not at ``version``, NoNodeError if it does not exist.
+        Writes that threads of this session ask for together go as one multi-op (group_commit).
         """
+        if version < 0:
+            return self._write_one(ledger_id, data, version)
+        return self._writes.submit((ledger_id, data, version))
+
+    def _write_batch(self, items: list[tuple[int, bytes, int]]) -> list[int | BaseException]:
+        ops = [Op("set", self._paths.ledger(lid), data, version) for lid, data, version in items]
+        return self._multi_each(ops, lambda i: self._write_one(*items[i]), lambda i: items[i][2] + 1)
+
+    def _multi_each(self, ops: list[Op], alone: Callable[[int], int],
+                    applied: Callable[[int], int]) -> list[int | BaseException]:
+        """Each op's outcome, the ops sent as one multi: a multi is all or nothing, so the op that
+        failed it is done alone (which gives it its own exact answer, or makes a missing bucket)
+        and the rest are sent again. ``applied(i)``: op i's result when the multi was applied."""
+        out: list[int | BaseException] = [0] * len(ops)
+        pending = list(range(len(ops)))
+        while len(pending) > 1:
+            failed = self._nodes.multi([[ops[i] for i in pending]], retry=False)[0]
+            if failed is None:
+                for i in pending:
+                    out[i] = applied(i)
+                return out
+            if failed.index < 0:
+                break
+            j = pending.pop(failed.index)
+            out[j] = _outcome(alone, j)
+        for i in pending:
+            out[i] = _outcome(alone, i)
+        return out
+
+    def _write_one(self, ledger_id: int, data: bytes, version: int) -> int:
         path = self._paths.ledger(ledger_id)
         try:
             return self._nodes.set(path, data, version, retry=False)
@@ -311,3 +353,11 @@ class LedgerStore:
         """
         state = LedgerWatchState(ledger_id, callback)
         return self._watches.start(LedgerWatch(self._watches, state, self._paths.ledger(ledger_id)))
+
+
+def _outcome(fn: Callable[[int], int], i: int) -> int | BaseException:
+    """``fn(i)``, or the metadata error it raised (a batched request's own answer)."""
+    try:
+        return fn(i)
+    except MetadataError as e:
+        return e
