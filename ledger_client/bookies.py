@@ -22,6 +22,7 @@ class BookieRegistry:
         self._writable: list[str] = []
         self._readonly: list[str] = []
         self._info: dict[str, dict[str, str]] = {}
+        self._nodes: tuple[BookieNode, ...] = ()
         self._changed = threading.Condition(self._lock)
         # Read once in this thread (the watch reports on the store's worker thread, maybe later).
         self._on_change(store.cluster.list_bookies(), store.cluster.list_bookies(readonly=True))
@@ -36,11 +37,12 @@ class BookieRegistry:
         with self._changed:
             self._writable, self._readonly = list(writable), list(readonly)
             self._info.update(infos)
+            self._nodes = tuple(node_of(b, self._info.get(b, {})) for b in self._writable)
             self._changed.notify_all()
 
     def writable(self) -> list[BookieNode]:
-        with self._lock:
-            return [node_of(b, self._info.get(b, {})) for b in self._writable]
+        """Built once per change of the bookies, not per ledger created."""
+        return list(self._nodes)
 
     def writable_ids(self) -> list[str]:
         with self._lock:
