@@ -16,6 +16,11 @@ ZooKeeper writes per ledger and per stream segment (``mntr`` / ``srvr``); the ti
 of a bookie until `spark-bookie autorecovery` processes have moved every ledger it held off it
 and the under-replication queue is empty; a new process's first ledger (cold start). Printed
 beside them: the host's floors (a loopback round trip, an fdatasync), measured in the same run.
+
+With ``--hosts`` the bookies run on hosts of their own (spark_bookie.local.multihost: network
+namespaces as root, else loopback addresses 127.0.0.2..), one bookie per host as LARGE grows, and
+ZooKeeper on the gateway address; the clients, the auditor and the autorecovery processes stay on
+this machine and reach them over the hosts' bridge.
 """
 
 from __future__ import annotations
@@ -37,7 +42,8 @@ from spark_bookie.bench import scale_build as build
 from spark_bookie.bench import scale_measure as measure
 from spark_bookie.bench.common import finish, pct
 from spark_bookie.bench.host import fdatasyncs, round_trips
-from spark_bookie.bench.scale_report import figures, report
+from spark_bookie.bench.scale_cluster import ScaleCluster
+from spark_bookie.bench.scale_report import figures, report, where_line
 
 THREADS = 16
 AUTORECOVERY_PROCESSES = 2
@@ -90,6 +96,9 @@ def add_scale_parser(sub: Any) -> None:
                    help="stop waiting for the auditor's two full checks after this long (default 300)")
     p.add_argument("--repair-cap", type=float, default=300.0, metavar="SECONDS",
                    help="stop waiting for the re-replication after a kill -9 after this long (default 300)")
+    p.add_argument("--hosts", action="store_true",
+                   help="run the bookies on hosts of their own (network namespaces as root, else loopback "
+                        "addresses; docs/hosts.md): as many hosts as LARGE's bookies and the spare, up to 29")
     p.add_argument("--json", default="bench-scale.json", metavar="PATH", help="where the results go as JSON")
     p.set_defaults(func_bench=bench_scale)
 
@@ -102,7 +111,7 @@ def say(line: str) -> None:
 class Run:
     """The cluster under measurement and what has been built in it so far."""
 
-    sb: Any
+    sb: ScaleCluster
     client: Any
     plan: Plan
     root: Path
@@ -112,13 +121,11 @@ class Run:
     notes: list[str] = field(default_factory=list)
 
     def four_letter(self, command: str) -> str:
-        from spark_bookie.local.zookeeper import four_letter_word
-
-        return four_letter_word(self.sb.zk.port, command, timeout_s=30.0)
+        return self.sb.four_letter(command)
 
     @property
     def alive(self) -> list[Any]:
-        return [b for b in self.sb.bookies if b.alive]
+        return self.sb.alive
 
 
 def _grow(run: Run, size: Size) -> dict[str, Any]:
@@ -128,7 +135,7 @@ def _grow(run: Run, size: Size) -> dict[str, Any]:
     more = size.bookies - len(run.alive)
     if more > 0:
         t0 = time.perf_counter()
-        build.add_bookies(run.sb, more)
+        run.sb.add_bookies(more)
         out["bookies_added"] = {"count": more, "seconds": time.perf_counter() - t0}
         say(f"{size.name}: {more} bookies added in {out['bookies_added']['seconds']:.1f} s")
     want = size.ledgers - len(run.ids) - run.plan.create_batch - run.plan.loop_batch
@@ -187,7 +194,7 @@ def _gc_and_deletes(run: Run) -> dict[str, Any]:
     victims = [run.ids[i] for i in sorted(gone)]
     run.ids = [lid for i, lid in enumerate(run.ids) if i not in gone]
     out: dict[str, Any] = {"delete_per_s": measure.delete_rate(run.client, victims, THREADS), "deleted": len(victims)}
-    url = run.sb.bookies[0].http_url
+    url = run.sb.http_url(run.sb.bookies[0])
     out["gc_round_after_deletes_s"] = measure.gc_round(url, 600.0)
     out["gc_round_idle_s"] = measure.gc_round(url, 600.0)
     return out
@@ -219,7 +226,7 @@ def _repair(run: Run, size: Size) -> dict[str, Any]:
     from spark_bookie.local.zookeeper import free_port
 
     if len(run.alive) <= 3:
-        build.add_bookies(run.sb, 1)
+        run.sb.add_bookies(1)
         run.notes.append(f"{size.name}: a spare bookie joined before the kill (E3 ledgers on 3 bookies cannot "
                          "be re-replicated after losing one)")
     # the victim: at SMALL one of the first 3 (it holds every ledger), later the newest bookie
@@ -248,8 +255,7 @@ def _measure(run: Run, size: Size, progress: StepProgress) -> dict[str, Any]:
     res: dict[str, Any] = {"size": vars(size), "built": _grow(run, size)}
     progress.step(f"{size.name} built")
     res.update(_client_figures(run, size))
-    res["memory"] = measure.memory([b.proc.pid for b in run.alive],
-                                   run.sb.zk.pid if run.sb.zk is not None else None)
+    res["memory"] = measure.memory(run.sb.pids(run.alive), run.sb.zk_pid)
     res["cold_start"] = measure.cold_starts(run.sb.connect_string, run.plan.cold_starts)
     res["auditor"] = measure.auditor_checks(run.sb.connect_string, run.plan.auditor_cap_s)
     if not res["auditor"]["complete"]:
@@ -272,9 +278,17 @@ def _floors(root: Path, seconds: float) -> dict[str, Any]:
             "fdatasync": {"p50_ms": pct(syncs, 50), "p99_ms": pct(syncs, 99)}, "cores": os.cpu_count()}
 
 
+def host_count(plan: Plan) -> int:
+    """Hosts for ``--hosts``: one per bookie that will ever run (LARGE's, and the spare SMALL's kill
+    needs when it has no fourth bookie), at most what one harness slot holds."""
+    from spark_bookie.local.hosts import HOSTS_MAX
+
+    spare = 1 if plan.small.bookies <= 3 else 0
+    return min(HOSTS_MAX, max(plan.small.bookies, plan.large.bookies) + spare)
+
+
 def bench_scale(args: argparse.Namespace) -> int:
     from ledger_client import LedgerClient
-    from spark_bookie.local.sandbox import Sandbox
 
     plan = plan_of(args)
     root = Path(tempfile.mkdtemp(prefix="bench-scale-"))
@@ -287,16 +301,18 @@ def bench_scale(args: argparse.Namespace) -> int:
         res["host"] = _floors(root, plan.floor_s)
         progress.step("host floors")
         settings = {**BOOKIE_SETTINGS, **({"zk_session_timeout_ms": QUICK_SESSION_MS} if args.quick else {})}
-        with Sandbox(root / "cluster", plan.small.bookies, bookie_settings=settings, http=True) as sb, \
+        hosts = host_count(plan) if args.hosts else 0
+        with ScaleCluster(root / "cluster", plan.small.bookies, settings, hosts) as sb, \
                 LedgerClient(sb.connect_string) as client:
-            if sb.store is None:
-                raise RuntimeError("the sandbox did not start")
             sb.store.underreplication.set_lost_bookie_recovery_delay_s(0)
+            if hosts:
+                say(where_line(sb.where(), "run"))
             run = Run(sb, client, plan, root)
             res["small"] = _measure(run, plan.small, progress)
             run.build_rate = res["small"]["built"].get("ledgers_built", {}).get("per_s", 0.0)
             res["large"] = _measure(run, plan.large, progress)
             res["notes"] = run.notes
+            res["cluster"] = sb.where()
     finally:
         progress.close()
         shutil.rmtree(root, ignore_errors=True)

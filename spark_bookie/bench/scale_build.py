@@ -1,6 +1,6 @@
 """What the scale benchmark (spark_bookie/bench/scale.py) builds: many small closed ledgers (most
 empty, some with a few entries), streams in namespaces with rolling segments and readers with
-subscriptions, and more bookie processes."""
+subscriptions (the bookies: spark_bookie/bench/scale_cluster.py)."""
 
 from __future__ import annotations
 
@@ -120,10 +120,3 @@ def wide_stream(client: Any, name: str, segments: int) -> int:
     write_stream(ns, name, segments)
     return len(ns.stream_info(name).segments)
 
-
-def add_bookies(sb: Any, count: int) -> list[Any]:
-    """``count`` more bookie processes, started together, each waited for until registered."""
-    added = [sb.add_bookie(wait=False) for _ in range(count)]
-    for b in added:
-        b.wait_registered(sb.store, timeout_s=180.0)
-    return added

@@ -69,12 +69,24 @@ def _size_line(res: dict[str, Any], name: str) -> str:
             f"ledgers deleted after that")
 
 
+def where_line(where: dict[str, Any], verb: str = "ran") -> str:
+    """Where the bookies ran (ScaleCluster.where())."""
+    if where["mode"] == "processes":
+        return f"the {where['bookies']} bookies {verb} as processes on this machine"
+    how = (f"network namespaces on a bridge, ZooKeeper on the gateway {where['gateway']}" if where["mode"] == "netns"
+           else f"loopback addresses 127.0.0.2.., no network namespaces: {where['reason']}")
+    return (f"the {where['bookies']} bookies {verb} on {where['hosts_with_bookies']} hosts "
+            f"(of {where['hosts']}; {how})")
+
+
 def report(res: dict[str, Any]) -> None:
     h = res["host"]
     print()
     print(f"host floors: loopback round trip p50 {h['round_trip']['p50_ms']:.3f} ms (p99 "
           f"{h['round_trip']['p99_ms']:.3f}), fdatasync p50 {h['fdatasync']['p50_ms']:.3f} ms (p99 "
           f"{h['fdatasync']['p99_ms']:.3f}); {h['cores']} cores; load at start {res['load_average_at_start'][0]:.2f}")
+    if "cluster" in res:
+        print(where_line(res["cluster"]))
     for name in ("small", "large"):
         print(_size_line(res, name))
     print("LARGE was built on SMALL: more bookies, ledgers and streams added to the same cluster "

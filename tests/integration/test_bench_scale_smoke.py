@@ -20,10 +20,11 @@ FIGURES = ("create_per_s_16_threads", "create_per_s_loop", "delete_per_s_16_thre
            "cold_start_import_ms")
 
 
-def test_bench_scale_quick_writes_every_figure_at_both_sizes(tmp_path):
+def _run_quick(tmp_path, *extra):
+    """`bench scale --quick` with ``extra``; its JSON and output, checked for every figure at both sizes."""
     out = tmp_path / "scale.json"
-    r = subprocess.run([sys.executable, "-m", "spark_bookie.cli", "bench", "scale", "--quick", "--json", str(out)],
-                       capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    r = subprocess.run([sys.executable, "-m", "spark_bookie.cli", "bench", "scale", "--quick", *extra,
+                        "--json", str(out)], capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     data = json.loads(out.read_text())
     said = r.stdout[-3000:]
@@ -40,3 +41,23 @@ def test_bench_scale_quick_writes_every_figure_at_both_sizes(tmp_path):
     assert "host floors: loopback round trip" in r.stdout and "LARGE/SMALL" in r.stdout
     assert "bench scale: small built" in r.stderr   # progress, one line per step off a terminal
     assert not list(tmp_path.glob("bench-scale-*"))
+    return data, r
+
+
+def test_bench_scale_quick_writes_every_figure_at_both_sizes(tmp_path):
+    data, r = _run_quick(tmp_path)
+    assert data["cluster"]["mode"] == "processes"
+    assert "the 6 bookies ran as processes on this machine" in r.stdout
+
+
+@pytest.mark.slow
+def test_bench_scale_quick_on_hosts_runs_each_bookie_on_a_host_of_its_own(tmp_path):
+    """``--hosts``: LARGE's 5 bookies and SMALL's spare on 6 hosts (namespaces as root, else loopback
+    addresses), every figure still measured through the hosts' addresses."""
+    data, r = _run_quick(tmp_path, "--hosts")
+    where = data["cluster"]
+    assert where["mode"] in ("netns", "loopback") and where["hosts"] == 6, where
+    assert where["bookies"] == 6 and where["hosts_with_bookies"] == 6, where
+    assert "the 6 bookies ran on 6 hosts (of 6;" in r.stdout, r.stdout[-3000:]
+    victims = [data[s]["repair"]["victim"] for s in ("small", "large")]
+    assert not any(v.startswith("127.0.0.1:") for v in victims), victims   # host addresses, not this machine's
