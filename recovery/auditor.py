@@ -37,8 +37,9 @@ from metadata import LedgerMetadata, MetadataError, MetadataStore
 
 from .checker import FragmentChecker
 from .config import AutoRecoveryConfig
+from .groups import LedgerGroups
 from .ledger_views import LedgerView, LedgerViews, index_of
-from .placement_audit import PlacementAudit, ViewGroups
+from .placement_audit import PlacementAudit
 from .tracker import LostBookieTracker
 
 log = logging.getLogger(__name__)
@@ -358,13 +359,13 @@ class Auditor:
         group_of = {b: str(i.get("bookie_group") or "") for b, i in info.items()}
         self._placement.begin(location_of, group_of, self._store.cluster.list_bookies(),
                               self._cfg.placement_min_locations_per_write_quorum)
-        groups = ViewGroups(self._store)
+        groups = LedgerGroups(self._store)
         violations = 0
         misplaced: dict[int, set[str]] = {}
         evaluated = self._placement.evaluated
         for scanned in self._views.scan(self._store, self._cfg.metadata_reads_in_flight_max):
             for s in scanned:
-                lid, ledger_groups = s[0].ledger_id, groups.of_view(s[0])
+                lid, ledger_groups = s[0].ledger_id, groups.for_namespace(s[0].namespace, s[0].recorded)
                 verdict = self._placement.verdict(s, ledger_groups)
                 for key, why in verdict.violations:
                     log.warning("auditor: ledger %d fragment %d breaks the placement policy: %s", lid, key, why)

@@ -19,13 +19,17 @@ class LedgerGroups:
         self._namespaces: dict[str, PlacementGroups | None] = {}
 
     def of(self, md: LedgerMetadata) -> PlacementGroups:
-        if md.namespace:
-            if md.namespace not in self._namespaces:
-                self._namespaces[md.namespace] = self._read(md.namespace)
-            found = self._namespaces[md.namespace]
+        return self.for_namespace(md.namespace, PlacementGroups.of_ledger(md))
+
+    def for_namespace(self, namespace: str, recorded: PlacementGroups) -> PlacementGroups:
+        """The groups of a ledger of ``namespace`` ("" for none) whose metadata recorded ``recorded``."""
+        if namespace:
+            if namespace not in self._namespaces:
+                self._namespaces[namespace] = self._read(namespace)
+            found = self._namespaces[namespace]
             if found is not None:
                 return found
-        return PlacementGroups.of_ledger(md)
+        return recorded
 
     def _read(self, namespace: str) -> PlacementGroups | None:
         """The namespace's groups; None once it is gone (its ledgers then keep their recorded ones)."""

@@ -19,8 +19,7 @@ from dataclasses import dataclass
 from ledger_client.placement import PlacementGroups
 from ledger_client.protocol.checks import InvariantViolation
 
-from .groups import LedgerGroups
-from .ledger_views import LedgerView, Scanned, metadata_of
+from .ledger_views import Scanned, metadata_of
 from .plan import misplaced_copies, placement_violations
 
 
@@ -30,19 +29,6 @@ class Verdict:
     groups: PlacementGroups               # the groups it was evaluated against
     violations: tuple[tuple[int, str], ...]
     misplaced: frozenset[str]
-
-
-class ViewGroups(LedgerGroups):
-    """:class:`LedgerGroups` for a view: the namespace's groups, read once per check."""
-
-    def of_view(self, view: LedgerView) -> PlacementGroups:
-        if view.namespace:
-            if view.namespace not in self._namespaces:
-                self._namespaces[view.namespace] = self._read(view.namespace)
-            found = self._namespaces[view.namespace]
-            if found is not None:
-                return found
-        return view.recorded
 
 
 class PlacementAudit:
