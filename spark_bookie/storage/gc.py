@@ -16,9 +16,8 @@ The question is `missing_ledgers(local)`: which of the ledgers this bookie holds
 answered, completely, do not exist (a tombstone counts as not existing). A bookie asks about its
 own ledgers rather than listing every ledger of the cluster, so a round costs in proportion to
 what it holds, and with the bookie's memory of the last round (metadata.ledgers.LedgerPresence)
-in proportion to what changed; nothing of the ledgers it does not hold is kept in memory.
-`live_ledgers()` (every ledger that exists) is the older form of the question, kept for callers
-that have the whole list anyway; only ledgers of the local snapshot are deleted either way.
+in proportion to what changed; nothing of the ledgers it does not hold is kept in memory. Only
+ledgers of the local snapshot are deleted.
 """
 
 from __future__ import annotations
@@ -59,18 +58,14 @@ class GarbageCollector:
     def __init__(
         self,
         storage: LedgerStorage,
-        live_ledgers: Callable[[], set[int] | None] | None = None,
+        missing_ledgers: Callable[[set[int]], set[int] | None],
         *,
-        missing_ledgers: Callable[[set[int]], set[int] | None] | None = None,
         compaction_ratio_threshold: float,
     ) -> None:
-        """Give exactly one of ``live_ledgers`` and ``missing_ledgers`` (see the module docstring)."""
         if not 0.0 <= compaction_ratio_threshold <= 1.0:
             raise ValueError("compaction_ratio_threshold must be in [0, 1]")
-        if (live_ledgers is None) == (missing_ledgers is None):
-            raise ValueError("give exactly one of live_ledgers and missing_ledgers")
         self.storage = storage
-        self.missing_ledgers = missing_ledgers if missing_ledgers is not None else _missing_from(live_ledgers)
+        self.missing_ledgers = missing_ledgers
         self.threshold = compaction_ratio_threshold
         self.totals = GcStats()
 
@@ -110,16 +105,6 @@ class GarbageCollector:
             except StorageIOError:
                 log.exception("compaction of entry log %d abandoned; the file is kept", usage.log_id)
                 stats.logs_failed += 1
-
-
-def _missing_from(live_ledgers: Callable[[], set[int] | None] | None) -> Callable[[set[int]], set[int] | None]:
-    assert live_ledgers is not None
-
-    def missing(local: set[int]) -> set[int] | None:
-        live = live_ledgers()
-        return None if live is None else local - live
-
-    return missing
 
 
 def compact_log(storage: LedgerStorage, log_id: int) -> int:

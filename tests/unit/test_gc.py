@@ -63,7 +63,7 @@ def test_deletes_dead_ledger_and_its_logs(storage: LedgerStorage) -> None:
     try:
         logs_before = s.entry_log_ids()
         usage_before = s.disk_usage_bytes()
-        gc = GarbageCollector(s, lambda: {1}, compaction_ratio_threshold=0.5)
+        gc = GarbageCollector(s, lambda local: local - {1}, compaction_ratio_threshold=0.5)
         stats = gc.run_once()
         assert stats.ledgers_deleted == 1 and stats.logs_deleted >= 2
         assert stats.bytes_reclaimed > 500_000
@@ -88,7 +88,7 @@ def test_compacts_mixed_logs(storage: LedgerStorage) -> None:
     try:
         old_logs = s.entry_log_ids()
         usage_before = s.disk_usage_bytes()
-        stats = GarbageCollector(s, lambda: {1}, compaction_ratio_threshold=0.5).run_once()
+        stats = GarbageCollector(s, lambda local: local - {1}, compaction_ratio_threshold=0.5).run_once()
         assert stats.ledgers_deleted == 1
         assert stats.logs_compacted >= 1, stats
         assert stats.bytes_reclaimed > 0
@@ -104,16 +104,16 @@ def test_compacts_mixed_logs(storage: LedgerStorage) -> None:
         s.close()
 
 
-def test_live_ledgers_none_or_failing_deletes_nothing(storage: LedgerStorage) -> None:
+def test_missing_ledgers_none_or_failing_deletes_nothing(storage: LedgerStorage) -> None:
     fill(storage, 1, 200)
     fill(storage, 2, 200)
     s = restart(storage)
 
-    def broken() -> set[int] | None:
+    def broken(local: set[int]) -> set[int] | None:
         raise ConnectionError("zookeeper down")
 
     try:
-        for source in (lambda: None, broken):
+        for source in (lambda local: None, broken):
             stats = GarbageCollector(s, source, compaction_ratio_threshold=0.5).run_once()
             assert stats.ledgers_deleted == 0 and stats.logs_deleted == 0
             assert s.ledger_ids() == [1, 2]
@@ -127,11 +127,11 @@ def test_ledger_created_after_snapshot_is_kept(storage: LedgerStorage) -> None:
     fill(storage, 1, 10)
     storage.flush()
 
-    def live() -> set[int]:
-        fill(storage, 7, 5)  # created locally while the metadata listing was taken
-        return {1}
+    def missing(local: set[int]) -> set[int]:
+        fill(storage, 7, 5)  # created locally while the metadata store was asked (it holds only 1)
+        return local - {1}
 
-    stats = GarbageCollector(storage, live, compaction_ratio_threshold=0.5).run_once()
+    stats = GarbageCollector(storage, missing, compaction_ratio_threshold=0.5).run_once()
     assert stats.ledgers_deleted == 0
     assert storage.ledger_ids() == [1, 7]
 
@@ -140,7 +140,7 @@ def test_current_log_is_never_collected(storage: LedgerStorage) -> None:
     fill(storage, 1, 100)
     storage.flush()
     current = storage.entry_logger.current_log_id
-    GarbageCollector(storage, lambda: set(), compaction_ratio_threshold=0.9).run_once()
+    GarbageCollector(storage, lambda local: local, compaction_ratio_threshold=0.9).run_once()
     assert storage.ledger_ids() == []
     assert current in storage.entry_log_ids()
 
@@ -155,7 +155,7 @@ def test_orphan_log_without_accounting_is_deleted(storage: LedgerStorage) -> Non
     s = restart(s)
     try:
         assert orphan in s.entry_log_ids()
-        stats = GarbageCollector(s, lambda: {1}, compaction_ratio_threshold=0.5).run_once()
+        stats = GarbageCollector(s, lambda local: local - {1}, compaction_ratio_threshold=0.5).run_once()
         assert stats.logs_deleted == 1 and stats.logs_compacted == 0
         assert orphan not in s.entry_log_ids() and s.entry_log_ids()
         check(s, 1, 50)
@@ -171,7 +171,8 @@ def test_reader_with_stale_location_relooks_up_once(
     s = restart(storage)
     try:
         stale = s.entry_location(1, 5)
-        assert GarbageCollector(s, lambda: {1}, compaction_ratio_threshold=0.5).run_once().logs_compacted == 1
+        gc = GarbageCollector(s, lambda local: local - {1}, compaction_ratio_threshold=0.5)
+        assert gc.run_once().logs_compacted == 1
         assert stale is not None and stale.log_id not in s.entry_log_ids()
         real = s._index.get_location
         calls: list[int] = []
@@ -200,7 +201,7 @@ def test_corrupt_log_is_not_compacted_away(storage: LedgerStorage) -> None:
         data = bytearray(path.read_bytes())
         data[rng.randrange(FILE_HEADER.size, len(data))] ^= 0x10
         path.write_bytes(bytes(data))
-        stats = GarbageCollector(s, lambda: {1}, compaction_ratio_threshold=0.9).run_once()
+        stats = GarbageCollector(s, lambda local: local - {1}, compaction_ratio_threshold=0.9).run_once()
         assert stats.logs_failed >= 1, f"seed {seed}: {stats}"
         assert log_id in s.entry_log_ids()
     finally:
@@ -253,7 +254,7 @@ def test_reads_never_miss_during_compaction_and_flush(storage: LedgerStorage) ->
     for t in threads:
         t.start()
     try:
-        stats = GarbageCollector(s, lambda: {1, 3}, compaction_ratio_threshold=0.5).run_once()
+        stats = GarbageCollector(s, lambda local: local - {1, 3}, compaction_ratio_threshold=0.5).run_once()
     finally:
         stop.set()
         for t in threads:
