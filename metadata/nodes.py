@@ -185,18 +185,12 @@ class Nodes(abc.ABC):
         """Delete a childless node (CAS unless ``version=-1``). NoNodeError, BadVersionError,
         NotEmptyError. ``retry=False`` for a CAS delete whose retry could hit a re-created node."""
 
+    @abc.abstractmethod
     def take_sequence(self, prefix: str) -> int:
         """A number from the sequential counter of ``prefix``'s parent, never handed out before:
         in ZooKeeper a sequential node ``<prefix><number>`` created and deleted again (its number
         is used even if the answer to the create was lost and it is retried). NoNodeError if the
         parent is absent."""
-        return self.take_sequences(prefix, 1)[0]
-
-    @abc.abstractmethod
-    def take_sequences(self, prefix: str, count: int) -> list[int]:
-        """``count`` numbers as :meth:`take_sequence` gives one, ascending, in one round trip
-        (ZooKeeper applies one session's creates in order): a client creating many ledgers
-        waits for ids once per batch instead of once per ledger."""
 
     @abc.abstractmethod
     def pipeline(self, ops: list[Op], *, retry: bool) -> list[object]:

@@ -187,9 +187,9 @@ class MemoryNodes(Nodes):
         self._check(f"delete {path}")
         self.zk.delete(path, version)
 
-    def take_sequences(self, prefix: str, count: int) -> list[int]:
+    def take_sequence(self, prefix: str) -> int:
         self._check(f"sequence {prefix}")
-        return [self.zk.next_sequence(parent_of(prefix)) for _ in range(count)]
+        return self.zk.next_sequence(parent_of(prefix))
 
     def pipeline(self, ops: list[Op], *, retry: bool) -> list[object]:
         out: list[object] = []

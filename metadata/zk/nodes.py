@@ -368,16 +368,10 @@ class ZkNodes(Nodes):
     def delete(self, path: str, version: int = -1, *, retry: bool = True) -> None:
         self._call("delete", path, partial(self._client.delete_async, path, version=version), idempotent=retry)
 
-    def take_sequences(self, prefix: str, count: int) -> list[int]:
-        acl = self._policy.acl_for(prefix, b"")
-        starts = [partial(self._client.create_async, prefix, b"", acl=acl, sequence=True) for _ in range(count)]
-        numbers: list[int] = []
-        for outcome in self._gather(f"{count} sequence numbers of {prefix}", starts, idempotent=True):
-            if isinstance(outcome, kz.ZookeeperError):
-                raise translate(outcome, prefix) from outcome
-            self._client.delete_async(outcome)  # best effort: the number is ours either way
-            numbers.append(int(str(outcome)[len(prefix):]))
-        return numbers
+    def take_sequence(self, prefix: str) -> int:
+        created = self.create(prefix, sequential=True, retry=True)
+        self._client.delete_async(created)  # best effort: the number is ours either way
+        return int(created[len(prefix):])
 
     def pipeline(self, ops: list[Op], *, retry: bool) -> list[object]:
         starts: list[Callable[[], Any]] = []
