@@ -209,14 +209,10 @@ def start_autorecovery(zk: str, root: Path, http_ports: list[int]) -> list[subpr
 
 
 def held_by(store: Any, bookie: str) -> set[int]:
-    """The ledgers whose metadata names ``bookie`` (pipelined reads, 256 at a time)."""
-    ids = store.ledgers.list_ledgers()
-    held: set[int] = set()
-    for i in range(0, len(ids), 256):
-        for lid, got in zip(ids[i:i + 256], store.ledgers.read_ledger_metadata_many(ids[i:i + 256]), strict=True):
-            if got is not None and bookie in got[0].bookies():
-                held.add(lid)
-    return held
+    """The ledgers whose metadata names ``bookie`` (the auditor's scan, 256 reads at a time)."""
+    from recovery import scan_ledgers
+
+    return {md.ledger_id for md in scan_ledgers(store, 256) if bookie in md.bookies()}
 
 
 def _repaired(store: Any, ledger_ids: list[int], bookie: str) -> set[int]:
