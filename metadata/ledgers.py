@@ -70,8 +70,8 @@ class LedgerStore:
 
     # -- ids ------------------------------------------------------------------------------------
     def ledger_ids(self) -> set[int]:
-        """Every ledger that has a metadata node. Complete or an exception, never partial:
-        the bookie's garbage collector deletes data of ledgers missing from this set."""
+        """Every ledger that has a metadata node. Complete or an exception, never partial: tools
+        act on what it leaves out (a bookie's GC asks :meth:`missing_ledgers` instead)."""
         root = self._paths.root
         with self._nodes.deadline():
             if self._nodes.get(root) is None:
