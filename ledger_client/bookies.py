@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable
 
 from metadata import MetadataError, MetadataStore
 
+from .errors import LedgerError
 from .placement import BookieNode, node_of
 from .transport import BookieClient, StreamLimits
 from .transport.add_readers import AddReaders
 from .transport.credentials import NO_CREDENTIALS, Credentials
+
+log = logging.getLogger(__name__)
 
 
 class BookieRegistry:
@@ -87,6 +91,20 @@ class BookiePool:
                                  credentials=self._credentials)
                 self._clients[bookie_id] = c
             return c
+
+    def send_lac(self, bookie_ids: list[str], ledger_id: int, lac: int, key: bytes, body: bytes,
+                 journaled: bool) -> None:
+        """A writer's explicit LAC (``body``: framed) to its bookies: by WriteLac, which they
+        journal, or else announced on their add connections (see WriteHandle.send_explicit_lac)."""
+        for b in bookie_ids:
+            try:
+                c = self.get(b)
+                if journaled:
+                    c.write_lac(ledger_id, lac, key, body)
+                else:
+                    c.announce_lac(ledger_id, key, body)
+            except LedgerError as e:
+                log.debug("explicit LAC of ledger %d to %s failed: %s", ledger_id, b, e)
 
     def close(self) -> None:
         with self._lock:

@@ -28,9 +28,9 @@ class InOrderCompleter(Generic[T, R]):
     ``claim`` under the lock and ``deliver`` after it).
 
     ``idle`` (a condition on ``lock``) is notified whenever a delivering thread has emptied the
-    queue, for owners that wait until every completion was delivered."""
+    queue, for owners that wait until every completion was delivered (``settled``)."""
 
-    __slots__ = ("_deliver", "_lock", "_queue", "_running", "_take", "idle")
+    __slots__ = ("_deliver", "_deliverer", "_lock", "_queue", "_running", "_take", "idle")
 
     def __init__(self, lock: threading.Lock, take: Callable[[list[T]], R], deliver: Callable[[R], object]) -> None:
         self._lock = lock
@@ -38,6 +38,7 @@ class InOrderCompleter(Generic[T, R]):
         self._deliver = deliver
         self._queue: deque[T] = deque()   # guarded by lock
         self._running = False             # guarded by lock: a thread is delivering
+        self._deliverer = 0               # guarded by lock: which (its ident), while one is
         self.idle = threading.Condition(lock)
 
     def add(self, completions: Iterable[T]) -> None:
@@ -49,13 +50,19 @@ class InOrderCompleter(Generic[T, R]):
         """Under the lock: completions are queued or being delivered."""
         return self._running or bool(self._queue)
 
+    def settled(self) -> bool:
+        """Under the lock: every completion queued so far was delivered, as far as the calling
+        thread can wait for it: on the delivering thread itself (a user callback that waits for
+        its own writer) what is left is delivered once it returns, so waiting would never end."""
+        return not self.busy or (self._running and self._deliverer == threading.get_ident())
+
     def claim(self) -> R | None:
         """Under the lock: take what is queued for this thread to deliver, after letting go of the
         lock, with ``deliver``; None when nothing is queued or another thread is delivering (it
         delivers this too). Saves ``run`` taking the lock again, for owners that hold it anyway."""
         if self._running or not self._queue:
             return None
-        self._running = True
+        self._running, self._deliverer = True, threading.get_ident()
         batch = list(self._queue)
         self._queue.clear()
         return self._take(batch)

@@ -528,19 +528,18 @@ class WriteHandle:
             f"ledger {self.ledger_id}: fewer than {self._sm.qa} live bookies in a write set of {ensemble} "
             f"({delayed} failed, no spare) for {self._client.config.operation_timeout_ms} ms")
 
-    def send_explicit_lac(self) -> None:
-        """Tell the ensemble the LAC when no entry will carry it (BookKeeper's explicit LAC)."""
+    def send_explicit_lac(self, *, journaled: bool = True) -> None:
+        """Tell the ensemble the LAC when no pending entry will carry it (BookKeeper's explicit LAC):
+        by WriteLac, journaled (the periodic explicit_lac_interval_ms), or else announced on the add
+        connections, applied on receipt and never journaled: an idle stream writer's last entry is
+        seen by tailing readers at once, and its next entry shares no journal sync with the LAC."""
         with self._lock:
             lac, ensemble = self._sm.lac, list(self._sm.ensemble)
-            if lac <= self._lac_sent or self._sm.pending or self._closed or self._error:
+            if lac <= self._lac_sent or self._sm.pending or self._closed or self._error or self._recovery:
                 return
             self._lac_sent = lac
         body = self._digester.frame_lac(self.ledger_id, lac)
-        for b in ensemble:
-            try:
-                self._client.pool.get(b).write_lac(self.ledger_id, lac, self._key, body)
-            except errors.LedgerError as e:
-                log.debug("explicit LAC to %s failed: %s", b, e)
+        self._client.pool.send_lac(ensemble, self.ledger_id, lac, self._key, body, journaled)
 
     def abandon(self) -> None:
         """Its owner is done with the handle without closing the ledger (a recovery that closed it
@@ -552,7 +551,7 @@ class WriteHandle:
         deadline = time.monotonic() + timeout_s
         idle = self._completer.idle   # notified after each delivery and when the handle fails
         with idle:
-            while self._sm.pending or self._completer.busy:
+            while self._sm.pending or not self._completer.settled():
                 left = deadline - time.monotonic()
                 if left <= 0 or self._error is not None:
                     return

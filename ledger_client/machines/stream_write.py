@@ -1,5 +1,5 @@
 """The stream writer's decisions, without I/O: buffering records into entries, rolling segments,
-control records, txids, and the in-order settling of what the entries carried.
+announcing the LAC, txids, and the in-order settling of what the entries carried.
 
 DistributedLog's BKLogSegmentWriter, as a machine the writer (stream/writer.py) drives under its
 lock: it hands each record to ``add``, each entry's outcome to ``settled``, a finished segment
@@ -20,9 +20,10 @@ Rules:
   or is ``roll_interval_s`` old; a start or roll waits until nothing is in flight (the old segment's
   ledger is closed at its last entry), and records written meanwhile wait in the buffer for the
   next segment, as does a backlog found to be due for a roll;
-- after an entry holding records completes and nothing is left to send or in flight, a control
-  entry (no records) follows: its piggybacked LAC makes the last records visible to tailing
-  readers while the writer is idle. One per idle spell: a control entry's own completion sends none.
+- after an entry holding records completes and nothing is left to send or in flight, the writer
+  announces the LAC (``Actions.announce``): no entry would carry it, and tailing readers see only
+  up to it. DistributedLog sends a control record for this; an entry costs the bookies a journal
+  sync, which the next record then waited behind, where the announcement costs none.
 """
 
 from __future__ import annotations
@@ -56,12 +57,12 @@ class Segment:
         self.payload_bytes = 0
         self.last_txid = first_txid
         self.last_slot = -1
-        self.last_data_entry = -1        # the last entry holding records (a control entry may follow it)
+        self.last_data_entry = -1        # the last entry holding records
 
 
 class Entry(Generic[T]):
     """One ledger entry: a record set of ``txids`` and ``payloads`` whose records' ``tokens``
-    complete with it, or a control entry (no records). ``outcome``: its entry id, or the error."""
+    complete with it. ``outcome``: its entry id, or the error."""
 
     __slots__ = ("outcome", "payloads", "records_before", "segment", "tokens", "txids")
 
@@ -70,10 +71,6 @@ class Entry(Generic[T]):
         self.txids, self.payloads, self.tokens = txids, payloads, tokens
         self.records_before = segment.records
         self.outcome: int | LedgerError | None = None
-
-    @property
-    def control(self) -> bool:
-        return not self.tokens
 
 
 class Done(NamedTuple, Generic[T]):
@@ -94,14 +91,15 @@ class Failed(NamedTuple, Generic[T]):
 class Actions(Generic[T]):
     """What the writer does after a step, in this order: append ``send`` (in order) to the segment's
     ledger; settle ``settle`` (in order, after everything settled before); start a segment
-    transition on a worker thread if ``transition``."""
+    transition on a worker thread if ``transition``; tell the bookies the LAC if ``announce``."""
 
-    __slots__ = ("send", "settle", "transition")
+    __slots__ = ("announce", "send", "settle", "transition")
 
     def __init__(self) -> None:
         self.send: list[Entry[T]] = []
         self.settle: list[Done[T] | Failed[T]] = []
         self.transition = False
+        self.announce = False
 
 
 class StreamWriteState(Generic[T]):
@@ -212,11 +210,11 @@ class StreamWriteState(Generic[T]):
     def settled(self, entry: Entry[T], outcome: int | LedgerError, now: float) -> Actions[T]:
         """Entry ``entry`` got its entry id, or failed. Outcomes are taken in the order the entries
         were sent; then whatever that frees is sent (or the due transition starts, or the writer,
-        now idle, sends a control entry)."""
+        now idle, announces the LAC)."""
         out: Actions[T] = Actions()
         entry.outcome = outcome
         flight = self._in_flight
-        popped = data_done = False
+        popped = False
         while flight:
             got = flight[0].outcome
             if got is None:
@@ -226,36 +224,23 @@ class StreamWriteState(Generic[T]):
             if isinstance(got, LedgerError):
                 self._fail(got, out, head)
                 return out
-            if head.tokens:
-                seg = head.segment
-                seg.last_data_entry = max(seg.last_data_entry, got)
-                out.settle.append(Done(seg.sequence, got, head.tokens))
-                data_done = True
+            seg = head.segment
+            seg.last_data_entry = max(seg.last_data_entry, got)
+            out.settle.append(Done(seg.sequence, got, head.tokens))
         if popped and self.error is None:
             if flight:
                 self._pump(now, False, out)
             else:
-                self._after_drained(now, data_done, out)
+                self._after_drained(now, out)
         return out
 
-    def _after_drained(self, now: float, data_done: bool, out: Actions[T]) -> None:
-        """Nothing in flight: start a due transition, send what waits, or go idle with a control entry."""
+    def _after_drained(self, now: float, out: Actions[T]) -> None:
+        """Nothing in flight: start a due transition, send what waits, or go idle announcing the LAC."""
         if self._transition:
             out.transition = True
             return
         self._pump(now, True, out)
-        if data_done and not out.send and not out.transition and self.segment is not None:
-            seg = self.segment
-            control: Entry[T] = Entry(seg, [], [], [])
-            self._in_flight.append(control)
-            out.send.append(control)
-
-    def unsent(self, entry: Entry[T]) -> None:
-        """A control entry could not be appended (the ledger refused it at once): forget it. A data
-        entry that cannot be appended fails the writer instead (``fail``)."""
-        invariant(entry.control and bool(self._in_flight) and self._in_flight[-1] is entry,
-                  "only the control entry just sent can be taken back")
-        self._in_flight.pop()
+        out.announce = not out.send and not out.transition and self.segment is not None
 
     def fail(self, error: LedgerError) -> Actions[T]:
         """The writer is broken (an append refused, a transition failed): every record not yet

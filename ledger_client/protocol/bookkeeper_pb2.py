@@ -24,51 +24,51 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x10\x62ookkeeper.proto\x12\x0fspark_bookie.v1\"\x8f\x01\n\nAddRequest\x12\x11\n\tledger_id\x18\x01 \x01(\x03\x12\x10\n\x08\x65ntry_id\x18\x02 \x01(\x03\x12&\n\x04\x66lag\x18\x03 \x01(\x0e\x32\x18.spark_bookie.v1.AddFlag\x12\x12\n\nmaster_key\x18\x04 \x01(\x0c\x12\x0c\n\x04\x62ody\x18\x05 \x01(\x0c\x12\x12\n\nrequest_id\x18\x06 \x01(\x04\"\x83\x01\n\x0b\x41\x64\x64Response\x12+\n\x06status\x18\x01 \x01(\x0e\x32\x1b.spark_bookie.v1.StatusCode\x12\x11\n\tledger_id\x18\x02 \x01(\x03\x12\x10\n\x08\x65ntry_id\x18\x03 \x01(\x03\x12\x12\n\nrequest_id\x18\x04 \x01(\x04\x12\x0e\n\x06\x64\x65tail\x18\x05 \x01(\t\"\x93\x01\n\nLedgerAdds\x12\x11\n\tledger_id\x18\x01 \x01(\x03\x12&\n\x04\x66lag\x18\x02 \x01(\x0e\x32\x18.spark_bookie.v1.AddFlag\x12\x12\n\nmaster_key\x18\x03 \x01(\x0c\x12\x11\n\tentry_ids\x18\x04 \x03(\x03\x12\x13\n\x0brequest_ids\x18\x05 \x03(\x04\x12\x0e\n\x06\x62odies\x18\x06 \x03(\x0c\"{\n\x08\x41\x64\x64\x42\x61tch\x12)\n\x04\x61\x64\x64s\x18\x01 \x03(\x0b\x32\x1b.spark_bookie.v1.AddRequest\x12\x30\n\x0bledger_adds\x18\x02 \x03(\x0b\x32\x1b.spark_bookie.v1.LedgerAdds\x12\x12\n\nauth_token\x18\x03 \x01(\t\"[\n\x10\x41\x64\x64\x42\x61tchResponse\x12/\n\tresponses\x18\x01 \x03(\x0b\x32\x1c.spark_bookie.v1.AddResponse\x12\x16\n\x0eok_request_ids\x18\x02 \x03(\x04\"\xb3\x01\n\x0bReadRequest\x12\x11\n\tledger_id\x18\x01 \x01(\x03\x12\x10\n\x08\x65ntry_id\x18\x02 \x01(\x03\x12\'\n\x04\x66lag\x18\x03 \x01(\x0e\x32\x19.spark_bookie.v1.ReadFlag\x12\x12\n\nmaster_key\x18\x04 \x01(\x0c\x12\x18\n\x10has_previous_lac\x18\x05 \x01(\x08\x12\x14\n\x0cprevious_lac\x18\x06 \x01(\x03\x12\x12\n\ntimeout_ms\x18\x07 \x01(\x03\"\x8f\x01\n\x0cReadResponse\x12+\n\x06status\x18\x01 \x01(\x0e\x32\x1b.spark_bookie.v1.StatusCode\x12\x11\n\tledger_id\x18\x02 \x01(\x03\x12\x10\n\x08\x65ntry_id\x18\x03 \x01(\x03\x12\x0c\n\x04\x62ody\x18\x04 \x01(\x0c\x12\x0f\n\x07max_lac\x18\x05 \x01(\x03\x12\x0e\n\x06\x64\x65tail\x18\x06 \x01(\t\"\xe2\x01\n\x10ReadRangeRequest\x12\x11\n\tledger_id\x18\x01 \x01(\x03\x12\x16\n\x0e\x66irst_entry_id\x18\x02 \x01(\x03\x12\x15\n\rlast_entry_id\x18\x03 \x01(\x03\x12\x11\n\tmax_bytes\x18\x04 \x01(\x03\x12\x11\n\tentry_ids\x18\x05 \x03(\x03\x12\x12\n\nrequest_id\x18\x06 \x01(\x04\x12\x14\n\x0cwait_for_lac\x18\x07 \x01(\x08\x12\x14\n\x0cprevious_lac\x18\x08 \x01(\x03\x12\x12\n\ntimeout_ms\x18\t \x01(\x03\x12\x12\n\nauth_token\x18\n \x01(\t\"\xbf\x01\n\x11ReadRangeResponse\x12+\n\x06status\x18\x01 \x01(\x0e\x32\x1b.spark_bookie.v1.StatusCode\x12\x11\n\tledger_id\x18\x02 \x01(\x03\x12\x16\n\x0e\x66irst_entry_id\x18\x03 \x01(\x03\x12\x0e\n\x06\x62odies\x18\x04 \x03(\x0c\x12\x0e\n\x06\x64\x65tail\x18\x05 \x01(\t\x12\x11\n\tentry_ids\x18\x06 \x03(\x03\x12\x12\n\nrequest_id\x18\x07 \x01(\x04\x12\x0b\n\x03lac\x18\x08 \x01(\x03\"#\n\x0eReadLacRequest\x12\x11\n\tledger_id\x18\x01 \x01(\x03\"\x8c\x01\n\x0fReadLacResponse\x12+\n\x06status\x18\x01 \x01(\x0e\x32\x1b.spark_bookie.v1.StatusCode\x12\x11\n\tledger_id\x18\x02 \x01(\x03\x12\x10\n\x08lac_body\x18\x03 \x01(\x0c\x12\x17\n\x0flast_entry_body\x18\x04 \x01(\x0c\x12\x0e\n\x06\x64\x65tail\x18\x05 \x01(\t\"S\n\x0fWriteLacRequest\x12\x11\n\tledger_id\x18\x01 \x01(\x03\x12\x0b\n\x03lac\x18\x02 \x01(\x03\x12\x12\n\nmaster_key\x18\x03 \x01(\x0c\x12\x0c\n\x04\x62ody\x18\x04 \x01(\x0c\"b\n\x10WriteLacResponse\x12+\n\x06status\x18\x01 \x01(\x0e\x32\x1b.spark_bookie.v1.StatusCode\x12\x11\n\tledger_id\x18\x02 \x01(\x03\x12\x0e\n\x06\x64\x65tail\x18\x03 \x01(\t\"\x13\n\x11\x42ookieInfoRequest\"\xac\x01\n\x12\x42ookieInfoResponse\x12+\n\x06status\x18\x01 \x01(\x0e\x32\x1b.spark_bookie.v1.StatusCode\x12\x17\n\x0f\x66ree_disk_bytes\x18\x02 \x01(\x03\x12\x18\n\x10total_disk_bytes\x18\x03 \x01(\x03\x12\x11\n\tread_only\x18\x04 \x01(\x08\x12\x11\n\tbookie_id\x18\x05 \x01(\t\x12\x10\n\x08\x61\x64\x64_port\x18\x06 \x01(\r*\xb7\x01\n\nStatusCode\x12\x07\n\x03\x45OK\x10\x00\x12\x0e\n\tENOLEDGER\x10\x92\x03\x12\r\n\x08\x45NOENTRY\x10\x93\x03\x12\x0c\n\x07\x45\x42\x41\x44REQ\x10\x90\x03\x12\x08\n\x03\x45IO\x10\x94\x03\x12\x08\n\x03\x45UA\x10\x95\x03\x12\x10\n\x0b\x45\x42\x41\x44VERSION\x10\x96\x03\x12\x0c\n\x07\x45\x46\x45NCED\x10\x97\x03\x12\x0e\n\tEREADONLY\x10\x98\x03\x12\x15\n\x10\x45TOOMANYREQUESTS\x10\x99\x03\x12\x18\n\x13\x45UNKNOWNLEDGERSTATE\x10\x9a\x03*;\n\x0fProtocolVersion\x12\x17\n\x13VERSION_UNSPECIFIED\x10\x00\x12\x0f\n\x0bVERSION_ONE\x10\x01*)\n\x07\x41\x64\x64\x46lag\x12\x0c\n\x08\x41\x44\x44_NONE\x10\x00\x12\x10\n\x0cRECOVERY_ADD\x10\x01*@\n\x08ReadFlag\x12\r\n\tREAD_NONE\x10\x00\x12\x10\n\x0c\x46\x45NCE_LEDGER\x10\x01\x12\x13\n\x0f\x45NTRY_PIGGYBACK\x10\x02\x32\xe9\x03\n\x06\x42ookie\x12M\n\tAddStream\x12\x19.spark_bookie.v1.AddBatch\x1a!.spark_bookie.v1.AddBatchResponse(\x01\x30\x01\x12\x43\n\x04Read\x12\x1c.spark_bookie.v1.ReadRequest\x1a\x1d.spark_bookie.v1.ReadResponse\x12R\n\tReadRange\x12!.spark_bookie.v1.ReadRangeRequest\x1a\".spark_bookie.v1.ReadRangeResponse\x12L\n\x07ReadLac\x12\x1f.spark_bookie.v1.ReadLacRequest\x1a .spark_bookie.v1.ReadLacResponse\x12O\n\x08WriteLac\x12 .spark_bookie.v1.WriteLacRequest\x1a!.spark_bookie.v1.WriteLacResponse\x12X\n\rGetBookieInfo\x12\".spark_bookie.v1.BookieInfoRequest\x1a#.spark_bookie.v1.BookieInfoResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x10\x62ookkeeper.proto\x12\x0fspark_bookie.v1\"\x8f\x01\n\nAddRequest\x12\x11\n\tledger_id\x18\x01 \x01(\x03\x12\x10\n\x08\x65ntry_id\x18\x02 \x01(\x03\x12&\n\x04\x66lag\x18\x03 \x01(\x0e\x32\x18.spark_bookie.v1.AddFlag\x12\x12\n\nmaster_key\x18\x04 \x01(\x0c\x12\x0c\n\x04\x62ody\x18\x05 \x01(\x0c\x12\x12\n\nrequest_id\x18\x06 \x01(\x04\"\x83\x01\n\x0b\x41\x64\x64Response\x12+\n\x06status\x18\x01 \x01(\x0e\x32\x1b.spark_bookie.v1.StatusCode\x12\x11\n\tledger_id\x18\x02 \x01(\x03\x12\x10\n\x08\x65ntry_id\x18\x03 \x01(\x03\x12\x12\n\nrequest_id\x18\x04 \x01(\x04\x12\x0e\n\x06\x64\x65tail\x18\x05 \x01(\t\"\xa5\x01\n\nLedgerAdds\x12\x11\n\tledger_id\x18\x01 \x01(\x03\x12&\n\x04\x66lag\x18\x02 \x01(\x0e\x32\x18.spark_bookie.v1.AddFlag\x12\x12\n\nmaster_key\x18\x03 \x01(\x0c\x12\x11\n\tentry_ids\x18\x04 \x03(\x03\x12\x13\n\x0brequest_ids\x18\x05 \x03(\x04\x12\x0e\n\x06\x62odies\x18\x06 \x03(\x0c\x12\x10\n\x08lac_body\x18\x07 \x01(\x0c\"{\n\x08\x41\x64\x64\x42\x61tch\x12)\n\x04\x61\x64\x64s\x18\x01 \x03(\x0b\x32\x1b.spark_bookie.v1.AddRequest\x12\x30\n\x0bledger_adds\x18\x02 \x03(\x0b\x32\x1b.spark_bookie.v1.LedgerAdds\x12\x12\n\nauth_token\x18\x03 \x01(\t\"[\n\x10\x41\x64\x64\x42\x61tchResponse\x12/\n\tresponses\x18\x01 \x03(\x0b\x32\x1c.spark_bookie.v1.AddResponse\x12\x16\n\x0eok_request_ids\x18\x02 \x03(\x04\"\xb3\x01\n\x0bReadRequest\x12\x11\n\tledger_id\x18\x01 \x01(\x03\x12\x10\n\x08\x65ntry_id\x18\x02 \x01(\x03\x12\'\n\x04\x66lag\x18\x03 \x01(\x0e\x32\x19.spark_bookie.v1.ReadFlag\x12\x12\n\nmaster_key\x18\x04 \x01(\x0c\x12\x18\n\x10has_previous_lac\x18\x05 \x01(\x08\x12\x14\n\x0cprevious_lac\x18\x06 \x01(\x03\x12\x12\n\ntimeout_ms\x18\x07 \x01(\x03\"\x8f\x01\n\x0cReadResponse\x12+\n\x06status\x18\x01 \x01(\x0e\x32\x1b.spark_bookie.v1.StatusCode\x12\x11\n\tledger_id\x18\x02 \x01(\x03\x12\x10\n\x08\x65ntry_id\x18\x03 \x01(\x03\x12\x0c\n\x04\x62ody\x18\x04 \x01(\x0c\x12\x0f\n\x07max_lac\x18\x05 \x01(\x03\x12\x0e\n\x06\x64\x65tail\x18\x06 \x01(\t\"\xe2\x01\n\x10ReadRangeRequest\x12\x11\n\tledger_id\x18\x01 \x01(\x03\x12\x16\n\x0e\x66irst_entry_id\x18\x02 \x01(\x03\x12\x15\n\rlast_entry_id\x18\x03 \x01(\x03\x12\x11\n\tmax_bytes\x18\x04 \x01(\x03\x12\x11\n\tentry_ids\x18\x05 \x03(\x03\x12\x12\n\nrequest_id\x18\x06 \x01(\x04\x12\x14\n\x0cwait_for_lac\x18\x07 \x01(\x08\x12\x14\n\x0cprevious_lac\x18\x08 \x01(\x03\x12\x12\n\ntimeout_ms\x18\t \x01(\x03\x12\x12\n\nauth_token\x18\n \x01(\t\"\xbf\x01\n\x11ReadRangeResponse\x12+\n\x06status\x18\x01 \x01(\x0e\x32\x1b.spark_bookie.v1.StatusCode\x12\x11\n\tledger_id\x18\x02 \x01(\x03\x12\x16\n\x0e\x66irst_entry_id\x18\x03 \x01(\x03\x12\x0e\n\x06\x62odies\x18\x04 \x03(\x0c\x12\x0e\n\x06\x64\x65tail\x18\x05 \x01(\t\x12\x11\n\tentry_ids\x18\x06 \x03(\x03\x12\x12\n\nrequest_id\x18\x07 \x01(\x04\x12\x0b\n\x03lac\x18\x08 \x01(\x03\"#\n\x0eReadLacRequest\x12\x11\n\tledger_id\x18\x01 \x01(\x03\"\x8c\x01\n\x0fReadLacResponse\x12+\n\x06status\x18\x01 \x01(\x0e\x32\x1b.spark_bookie.v1.StatusCode\x12\x11\n\tledger_id\x18\x02 \x01(\x03\x12\x10\n\x08lac_body\x18\x03 \x01(\x0c\x12\x17\n\x0flast_entry_body\x18\x04 \x01(\x0c\x12\x0e\n\x06\x64\x65tail\x18\x05 \x01(\t\"S\n\x0fWriteLacRequest\x12\x11\n\tledger_id\x18\x01 \x01(\x03\x12\x0b\n\x03lac\x18\x02 \x01(\x03\x12\x12\n\nmaster_key\x18\x03 \x01(\x0c\x12\x0c\n\x04\x62ody\x18\x04 \x01(\x0c\"b\n\x10WriteLacResponse\x12+\n\x06status\x18\x01 \x01(\x0e\x32\x1b.spark_bookie.v1.StatusCode\x12\x11\n\tledger_id\x18\x02 \x01(\x03\x12\x0e\n\x06\x64\x65tail\x18\x03 \x01(\t\"\x13\n\x11\x42ookieInfoRequest\"\xac\x01\n\x12\x42ookieInfoResponse\x12+\n\x06status\x18\x01 \x01(\x0e\x32\x1b.spark_bookie.v1.StatusCode\x12\x17\n\x0f\x66ree_disk_bytes\x18\x02 \x01(\x03\x12\x18\n\x10total_disk_bytes\x18\x03 \x01(\x03\x12\x11\n\tread_only\x18\x04 \x01(\x08\x12\x11\n\tbookie_id\x18\x05 \x01(\t\x12\x10\n\x08\x61\x64\x64_port\x18\x06 \x01(\r*\xb7\x01\n\nStatusCode\x12\x07\n\x03\x45OK\x10\x00\x12\x0e\n\tENOLEDGER\x10\x92\x03\x12\r\n\x08\x45NOENTRY\x10\x93\x03\x12\x0c\n\x07\x45\x42\x41\x44REQ\x10\x90\x03\x12\x08\n\x03\x45IO\x10\x94\x03\x12\x08\n\x03\x45UA\x10\x95\x03\x12\x10\n\x0b\x45\x42\x41\x44VERSION\x10\x96\x03\x12\x0c\n\x07\x45\x46\x45NCED\x10\x97\x03\x12\x0e\n\tEREADONLY\x10\x98\x03\x12\x15\n\x10\x45TOOMANYREQUESTS\x10\x99\x03\x12\x18\n\x13\x45UNKNOWNLEDGERSTATE\x10\x9a\x03*;\n\x0fProtocolVersion\x12\x17\n\x13VERSION_UNSPECIFIED\x10\x00\x12\x0f\n\x0bVERSION_ONE\x10\x01*)\n\x07\x41\x64\x64\x46lag\x12\x0c\n\x08\x41\x44\x44_NONE\x10\x00\x12\x10\n\x0cRECOVERY_ADD\x10\x01*@\n\x08ReadFlag\x12\r\n\tREAD_NONE\x10\x00\x12\x10\n\x0c\x46\x45NCE_LEDGER\x10\x01\x12\x13\n\x0f\x45NTRY_PIGGYBACK\x10\x02\x32\xe9\x03\n\x06\x42ookie\x12M\n\tAddStream\x12\x19.spark_bookie.v1.AddBatch\x1a!.spark_bookie.v1.AddBatchResponse(\x01\x30\x01\x12\x43\n\x04Read\x12\x1c.spark_bookie.v1.ReadRequest\x1a\x1d.spark_bookie.v1.ReadResponse\x12R\n\tReadRange\x12!.spark_bookie.v1.ReadRangeRequest\x1a\".spark_bookie.v1.ReadRangeResponse\x12L\n\x07ReadLac\x12\x1f.spark_bookie.v1.ReadLacRequest\x1a .spark_bookie.v1.ReadLacResponse\x12O\n\x08WriteLac\x12 .spark_bookie.v1.WriteLacRequest\x1a!.spark_bookie.v1.WriteLacResponse\x12X\n\rGetBookieInfo\x12\".spark_bookie.v1.BookieInfoRequest\x1a#.spark_bookie.v1.BookieInfoResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'bookkeeper_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_STATUSCODE']._serialized_start=1998
-  _globals['_STATUSCODE']._serialized_end=2181
-  _globals['_PROTOCOLVERSION']._serialized_start=2183
-  _globals['_PROTOCOLVERSION']._serialized_end=2242
-  _globals['_ADDFLAG']._serialized_start=2244
-  _globals['_ADDFLAG']._serialized_end=2285
-  _globals['_READFLAG']._serialized_start=2287
-  _globals['_READFLAG']._serialized_end=2351
+  _globals['_STATUSCODE']._serialized_start=2016
+  _globals['_STATUSCODE']._serialized_end=2199
+  _globals['_PROTOCOLVERSION']._serialized_start=2201
+  _globals['_PROTOCOLVERSION']._serialized_end=2260
+  _globals['_ADDFLAG']._serialized_start=2262
+  _globals['_ADDFLAG']._serialized_end=2303
+  _globals['_READFLAG']._serialized_start=2305
+  _globals['_READFLAG']._serialized_end=2369
   _globals['_ADDREQUEST']._serialized_start=38
   _globals['_ADDREQUEST']._serialized_end=181
   _globals['_ADDRESPONSE']._serialized_start=184
   _globals['_ADDRESPONSE']._serialized_end=315
   _globals['_LEDGERADDS']._serialized_start=318
-  _globals['_LEDGERADDS']._serialized_end=465
-  _globals['_ADDBATCH']._serialized_start=467
-  _globals['_ADDBATCH']._serialized_end=590
-  _globals['_ADDBATCHRESPONSE']._serialized_start=592
-  _globals['_ADDBATCHRESPONSE']._serialized_end=683
-  _globals['_READREQUEST']._serialized_start=686
-  _globals['_READREQUEST']._serialized_end=865
-  _globals['_READRESPONSE']._serialized_start=868
-  _globals['_READRESPONSE']._serialized_end=1011
-  _globals['_READRANGEREQUEST']._serialized_start=1014
-  _globals['_READRANGEREQUEST']._serialized_end=1240
-  _globals['_READRANGERESPONSE']._serialized_start=1243
-  _globals['_READRANGERESPONSE']._serialized_end=1434
-  _globals['_READLACREQUEST']._serialized_start=1436
-  _globals['_READLACREQUEST']._serialized_end=1471
-  _globals['_READLACRESPONSE']._serialized_start=1474
-  _globals['_READLACRESPONSE']._serialized_end=1614
-  _globals['_WRITELACREQUEST']._serialized_start=1616
-  _globals['_WRITELACREQUEST']._serialized_end=1699
-  _globals['_WRITELACRESPONSE']._serialized_start=1701
-  _globals['_WRITELACRESPONSE']._serialized_end=1799
-  _globals['_BOOKIEINFOREQUEST']._serialized_start=1801
-  _globals['_BOOKIEINFOREQUEST']._serialized_end=1820
-  _globals['_BOOKIEINFORESPONSE']._serialized_start=1823
-  _globals['_BOOKIEINFORESPONSE']._serialized_end=1995
-  _globals['_BOOKIE']._serialized_start=2354
-  _globals['_BOOKIE']._serialized_end=2843
+  _globals['_LEDGERADDS']._serialized_end=483
+  _globals['_ADDBATCH']._serialized_start=485
+  _globals['_ADDBATCH']._serialized_end=608
+  _globals['_ADDBATCHRESPONSE']._serialized_start=610
+  _globals['_ADDBATCHRESPONSE']._serialized_end=701
+  _globals['_READREQUEST']._serialized_start=704
+  _globals['_READREQUEST']._serialized_end=883
+  _globals['_READRESPONSE']._serialized_start=886
+  _globals['_READRESPONSE']._serialized_end=1029
+  _globals['_READRANGEREQUEST']._serialized_start=1032
+  _globals['_READRANGEREQUEST']._serialized_end=1258
+  _globals['_READRANGERESPONSE']._serialized_start=1261
+  _globals['_READRANGERESPONSE']._serialized_end=1452
+  _globals['_READLACREQUEST']._serialized_start=1454
+  _globals['_READLACREQUEST']._serialized_end=1489
+  _globals['_READLACRESPONSE']._serialized_start=1492
+  _globals['_READLACRESPONSE']._serialized_end=1632
+  _globals['_WRITELACREQUEST']._serialized_start=1634
+  _globals['_WRITELACREQUEST']._serialized_end=1717
+  _globals['_WRITELACRESPONSE']._serialized_start=1719
+  _globals['_WRITELACRESPONSE']._serialized_end=1817
+  _globals['_BOOKIEINFOREQUEST']._serialized_start=1819
+  _globals['_BOOKIEINFOREQUEST']._serialized_end=1838
+  _globals['_BOOKIEINFORESPONSE']._serialized_start=1841
+  _globals['_BOOKIEINFORESPONSE']._serialized_end=2013
+  _globals['_BOOKIE']._serialized_start=2372
+  _globals['_BOOKIE']._serialized_end=2861
 # @@protoc_insertion_point(module_scope)

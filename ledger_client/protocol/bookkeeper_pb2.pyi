@@ -86,20 +86,22 @@ class AddResponse(_message.Message):
     def __init__(self, status: _Optional[_Union[StatusCode, str]] = ..., ledger_id: _Optional[int] = ..., entry_id: _Optional[int] = ..., request_id: _Optional[int] = ..., detail: _Optional[str] = ...) -> None: ...
 
 class LedgerAdds(_message.Message):
-    __slots__ = ("ledger_id", "flag", "master_key", "entry_ids", "request_ids", "bodies")
+    __slots__ = ("ledger_id", "flag", "master_key", "entry_ids", "request_ids", "bodies", "lac_body")
     LEDGER_ID_FIELD_NUMBER: _ClassVar[int]
     FLAG_FIELD_NUMBER: _ClassVar[int]
     MASTER_KEY_FIELD_NUMBER: _ClassVar[int]
     ENTRY_IDS_FIELD_NUMBER: _ClassVar[int]
     REQUEST_IDS_FIELD_NUMBER: _ClassVar[int]
     BODIES_FIELD_NUMBER: _ClassVar[int]
+    LAC_BODY_FIELD_NUMBER: _ClassVar[int]
     ledger_id: int
     flag: AddFlag
     master_key: bytes
     entry_ids: _containers.RepeatedScalarFieldContainer[int]
     request_ids: _containers.RepeatedScalarFieldContainer[int]
     bodies: _containers.RepeatedScalarFieldContainer[bytes]
-    def __init__(self, ledger_id: _Optional[int] = ..., flag: _Optional[_Union[AddFlag, str]] = ..., master_key: _Optional[bytes] = ..., entry_ids: _Optional[_Iterable[int]] = ..., request_ids: _Optional[_Iterable[int]] = ..., bodies: _Optional[_Iterable[bytes]] = ...) -> None: ...
+    lac_body: bytes
+    def __init__(self, ledger_id: _Optional[int] = ..., flag: _Optional[_Union[AddFlag, str]] = ..., master_key: _Optional[bytes] = ..., entry_ids: _Optional[_Iterable[int]] = ..., request_ids: _Optional[_Iterable[int]] = ..., bodies: _Optional[_Iterable[bytes]] = ..., lac_body: _Optional[bytes] = ...) -> None: ...
 
 class AddBatch(_message.Message):
     __slots__ = ("adds", "ledger_adds", "auth_token")

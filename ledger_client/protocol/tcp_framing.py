@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import socket
 import struct
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 from . import bookkeeper_pb2 as pb
 
@@ -93,6 +93,8 @@ _body_prefixes: dict[int, bytes] = {}
 
 AddColumns = tuple[int, int, bytes, list[int], list[int], list[bytes]]
 """One ledger's adds of a batch: (ledger id, flag, master key, entry ids, request ids, bodies)."""
+Lac = tuple[int, bytes, bytes]
+"""An explicit LAC announced in a batch (pb.LedgerAdds.lac_body): (ledger id, master key, framed LAC)."""
 
 
 def _varint(n: int) -> bytes:
@@ -113,9 +115,9 @@ def _body_prefix(size: int) -> bytes:
     return p
 
 
-def add_batch_frame(groups: list[AddColumns], auth_token: str | None = None) -> bytes:
-    """The framed AddBatch of `groups` (see above), with `auth_token` when the connection's token
-    rotated (AddBatch.auth_token)."""
+def add_batch_frame(groups: list[AddColumns], auth_token: str | None = None, lacs: Sequence[Lac] = ()) -> bytes:
+    """The framed AddBatch of `groups` (see above) and of the LACs `lacs` announces, with
+    `auth_token` when the connection's token rotated (AddBatch.auth_token)."""
     parts: list[bytes] = [b""]
     total = 0
     prefix = _body_prefix
@@ -133,6 +135,11 @@ def add_batch_frame(groups: list[AddColumns], auth_token: str | None = None) -> 
         parts.append(group_head)
         parts.extend(sub)
         total += len(group_head) + size
+    for lid, key, body in lacs:
+        msg = pb.LedgerAdds(ledger_id=lid, master_key=key, lac_body=body).SerializeToString()
+        head = _GROUP_TAG + _varint(len(msg))
+        parts += (head, msg)
+        total += len(head) + len(msg)
     if auth_token:
         raw = auth_token.encode()
         tail = _TOKEN_TAG + _varint(len(raw)) + raw

@@ -2,9 +2,9 @@
 
 What is sent when is decided by machines/stream_write.py (StreamWriteState): records packed into
 record sets, one ledger entry each, an entry sent at once when nothing is in flight and full ones
-while entries are in flight; segments started and rolled; a control record (an entry without
-records, whose piggybacked LAC lets a tailing reader see the last records of an idle writer at
-once) after the last entry completes; txids; records completing in write order, and a failed entry
+while entries are in flight; segments started and rolled; the LAC announced to the bookies once the
+last entry completes (pb.LedgerAdds.lac: a tailing reader sees an idle writer's last records at
+once); txids; records completing in write order, and a failed entry
 failing the writer and every record after it. This module does the I/O around it: appends to the
 segment's ledger, segment transitions through the metadata, the stream's lock, record futures.
 
@@ -55,7 +55,7 @@ from ..metadata_errors import metadata_errors
 from .dlsn import DLSN
 from .meta import check_names, now_ms
 from .quota import SyncPlan, Verdict, WriterQuota, fail_after
-from .records import FLAG_CONTROL, RECORD_OVERHEAD_BYTES, encode
+from .records import RECORD_OVERHEAD_BYTES, encode
 from .segments import apply_retention, commit, recover_segment
 
 if TYPE_CHECKING:
@@ -75,6 +75,7 @@ class _Act(NamedTuple):
 
     posted: list[tuple[Entry[_Record], Future[int]]]   # entries appended: their callbacks to attach
     claimed: list[_Settle] | None                       # records to settle, by this thread (the completer's)
+    announce: WriteHandle | None = None                 # the ledger whose LAC to announce (the writer is idle)
 
 
 _NOTHING = _Act([], None)
@@ -250,17 +251,17 @@ class StreamWriter:
             posted.append((entry, appended))
         if actions.transition:
             self._client.run_soon(self._transition)
+        announce = self._handle if actions.announce else None
         if not actions.settle:
-            return _Act(posted, None)
+            return _Act(posted, None, announce)
         self._completer.add(actions.settle)
-        return _Act(posted, self._completer.claim())
+        return _Act(posted, self._completer.claim(), announce)
 
     def _append(self, entry: Entry[_Record], actions: Actions[_Record]) -> Future[int] | None:
         """Under the lock: one entry to the segment's ledger; None when the ledger refused it at once
-        (a control entry is dropped then; a data entry fails the writer, its failures put in ``actions``)."""
+        (the writer then fails, its failures put in ``actions``)."""
         handle = self._handle
-        control = entry.control
-        body = encode(entry.txids, entry.payloads, entry.records_before, FLAG_CONTROL if control else 0)
+        body = encode(entry.txids, entry.payloads, entry.records_before)
         try:
             if handle is None:
                 raise errors.StreamClosedError(f"{self!r}: an entry with no segment ledger")
@@ -268,10 +269,6 @@ class StreamWriter:
             self._seg_bytes += len(body)
             return appended
         except errors.LedgerError as e:
-            if control:
-                self._sm.unsent(entry)
-                log.debug("%r: control record not sent: %s", self, e)
-                return None
             was_ok = self._sm.error is None
             actions.settle += self._sm.fail(self._writer_error(e)).settle
             self._log_failure(was_ok)
@@ -279,7 +276,10 @@ class StreamWriter:
             return None
 
     def _after(self, act: _Act) -> None:
-        """After the lock: attach the appended entries' callbacks, then settle what completed."""
+        """After the lock: announce the LAC (before anything else, so readers see the records
+        sooner), attach the appended entries' callbacks, then settle what completed."""
+        if act.announce is not None:
+            act.announce.send_explicit_lac(journaled=False)
         for entry, appended in act.posted:
             appended.add_done_callback(partial(self._on_entry, entry))
         if act.claimed is not None:
@@ -403,20 +403,24 @@ class StreamWriter:
     # ------------------------------------------------------------------ flush, close, end
 
     def flush(self) -> None:
-        """Send everything buffered now and wait until it is acknowledged (or the writer failed)."""
+        """Send everything buffered now and wait until it is acknowledged (or the writer failed)
+        and every record's future is settled, its callbacks run (but those of the thread calling
+        from inside such a callback)."""
         timeout_ms = self._client.config.operation_timeout_ms
         deadline = time.monotonic() + timeout_ms / 1000
         while True:
             with self._mutex:
                 act = self._act(self._sm.step(time.monotonic(), flush=True))
                 if not act.posted and act.claimed is None:
-                    if self._sm.idle:
+                    idle = self._sm.idle
+                    if idle and self._completer.settled():
                         failed = self._sm.error
                         break
                     left = deadline - time.monotonic()
                     if left <= 0:
                         raise errors.LedgerTimeoutError(f"{self!r}: records still unacknowledged after {timeout_ms} ms")
-                    self._changed.wait(left)   # an entry completed, a transition ended or the writer failed
+                    # an entry completed, a transition ended or the writer failed; or futures were settled
+                    (self._completer.idle if idle else self._changed).wait(left)
                     continue
             self._after(act)
         if failed is not None:
@@ -514,7 +518,7 @@ def _end_of(seg: Segment) -> _SegmentEnd:
 
 def _close_segment(h: WriteHandle, end: _SegmentEnd) -> SegmentEnd:
     """Close the segment's ledger (its entries are all acknowledged) and say where it ends: at its
-    last records (the ledger may end with a control entry)."""
+    last records (a ledger written before LACs were announced may end with a control entry)."""
     h.close()
     return SegmentEnd(last_entry_id=end.last_data_entry, last_slot=end.last_slot, record_count=end.records,
                       nbytes=h.length, last_txid=end.last_txid)

@@ -17,7 +17,7 @@ from typing import Any, Protocol, cast
 
 from .. import errors
 from ..protocol import bookkeeper_pb2 as pb
-from ..protocol.tcp_framing import AddColumns
+from ..protocol.tcp_framing import AddColumns, Lac
 
 TRANSPORT_FAILURE = -1  # the status reported for adds whose stream to the bookie broke
 
@@ -31,6 +31,7 @@ class AddSink(Protocol):
 
 
 _STOP = object()
+LAC_ITEM = -1   # an item's flag for an announced LAC: (ledger id, -1, key, framed LAC, LAC_ITEM, 0), unanswered
 
 
 @dataclass(frozen=True)
@@ -115,30 +116,38 @@ class AddStream:
             if stop:
                 return
 
-    def _columns(self, items: list[tuple[int, int, bytes, bytes, int, int]]) -> list[AddColumns]:
+    def _columns(self, items: list[tuple[int, int, bytes, bytes, int, int]]) -> tuple[list[AddColumns], list[Lac]]:
         """One message's adds, counted as sent, column-wise per ledger (pb.LedgerAdds): a few list
-        appends per entry here, and the message is built in C (or by add_batch_frame) from the lists."""
+        appends per entry here, and the message is built in C (or by add_batch_frame) from the lists;
+        and the LACs it announces (LAC_ITEM items: not counted, as nothing answers them)."""
         groups: dict[tuple[int, int, bytes], tuple[list[int], list[int], list[bytes]]] = {}
+        lacs: list[Lac] = []
         for lid, eid, key, body, flag, rid in items:
+            if flag == LAC_ITEM:
+                lacs.append((lid, key, body))
+                continue
             g = groups.get((lid, flag, key))
             if g is None:
                 g = groups[(lid, flag, key)] = ([], [], [])
             g[0].append(eid)
             g[1].append(rid)
             g[2].append(body)
-        n = len(items)
-        with self._room:
-            self._sent += n
-            self._msgs.append(n)
-            self._last_size = n
-        return [(lid, flag, key, eids, rids, bodies) for (lid, flag, key), (eids, rids, bodies) in groups.items()]
+        n = len(items) - len(lacs)
+        if n:
+            with self._room:
+                self._sent += n
+                self._msgs.append(n)
+                self._last_size = n
+        return [(lid, flag, key, eids, rids, bodies) for (lid, flag, key), (eids, rids, bodies) in groups.items()], lacs
 
     def _message(self, items: list[tuple[int, int, bytes, bytes, int, int]]) -> pb.AddBatch:
         """`_columns` as a protobuf object (the gRPC stream sends objects)."""
+        columns, lacs = self._columns(items)
         return pb.AddBatch(ledger_adds=[
             pb.LedgerAdds(ledger_id=lid, flag=cast(pb.AddFlag, flag), master_key=key, entry_ids=eids,
                           request_ids=rids, bodies=bodies)
-            for lid, flag, key, eids, rids, bodies in self._columns(items)])
+            for lid, flag, key, eids, rids, bodies in columns] + [
+            pb.LedgerAdds(ledger_id=lid, master_key=key, lac_body=body) for lid, key, body in lacs])
 
     def _wait_for_room(self) -> int:
         """Block while the bookie holds in_flight_adds_max of ours or the message window is full
@@ -206,7 +215,7 @@ class AddStream:
             self._room.notify_all()
 
     def dispatch(self, item: tuple[int, int, bytes, bytes, int, int]) -> None:
-        """Send an add `_register` noted (any thread; never raises for the connection's state)."""
+        """Send an add `_register` noted, or a LAC_ITEM (any thread; never raises for the connection's state)."""
         self._q.put(item)
 
     def _register(self, item: tuple[int, int, bytes, bytes, int, int], sink: AddSink) -> bool:

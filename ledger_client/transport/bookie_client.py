@@ -24,7 +24,7 @@ from .. import errors
 from ..protocol import bookkeeper_pb2 as pb
 from ..protocol import bookkeeper_pb2_grpc as pb_grpc
 from .add_readers import DEFAULT_READERS, AddReaders
-from .add_stream import TRANSPORT_FAILURE, AddSink, AddStream, StreamLimits
+from .add_stream import LAC_ITEM, TRANSPORT_FAILURE, AddSink, AddStream, StreamLimits
 from .credentials import NO_CREDENTIALS, Credentials, PresentedToken
 from .socket_reads import SocketReads
 from .socket_stream import SocketAddStream
@@ -201,6 +201,14 @@ class BookieClient:
         if stream is None or stream.broken is not None:
             stream = self._new_stream()
         return functools.partial(stream.dispatch, item) if stream._register(item, sink) else None
+
+    def announce_lac(self, ledger_id: int, master_key: bytes, body: bytes) -> None:
+        """Tell the bookie the ledger's explicit LAC (framed) on the add connection, after the adds
+        already sent there (pb.LedgerAdds.lac_body): unanswered and never raising. Without a live
+        add connection nothing is sent: the writer's next entry carries the LAC anyway."""
+        stream = self._stream
+        if stream is not None and stream.broken is None:
+            stream.dispatch((ledger_id, -1, master_key, body, LAC_ITEM, 0))
 
     def add(self, ledger_id: int, entry_id: int, master_key: bytes, body: bytes, *,
             recovery: bool = False) -> Future[pb.AddResponse]:

@@ -31,7 +31,7 @@ from .. import errors
 from ..protocol import bookkeeper_pb2 as pb
 from ..protocol.tcp_framing import ADD_HELLO, add_batch_frame
 from .add_readers import DEFAULT_READERS, AddReaders
-from .add_stream import TRANSPORT_FAILURE, AddStream, StreamLimits
+from .add_stream import LAC_ITEM, TRANSPORT_FAILURE, AddStream, StreamLimits
 from .credentials import PresentedToken
 from .sockets import greet, shutdown
 
@@ -100,7 +100,8 @@ class SocketAddStream(AddStream):
             return
         try:
             for items in self._batches():
-                data = add_batch_frame(self._columns(items), self._token.rotated())
+                columns, lacs = self._columns(items)
+                data = add_batch_frame(columns, self._token.rotated(), lacs)
                 with self._send_lock:
                     sock.sendall(data)
         except OSError as e:
@@ -119,12 +120,16 @@ class SocketAddStream(AddStream):
         it would the sender. A failure here only shuts the socket down: the reader fails the
         pending adds from its own thread, never inside the caller's locks."""
         sock = self._sock
-        if sock is None or not self._q.empty() or self._held() or not self._send_lock.acquire(blocking=False):
+        # An announced LAC goes past the window (nothing answers it, and it is small): held back, it
+        # would wait for this bookie's answer to the entry it confirms, while readers may poll here.
+        held = self._held if item[4] != LAC_ITEM else _never
+        if sock is None or not self._q.empty() or held() or not self._send_lock.acquire(blocking=False):
             return False
         try:
-            if self._held() or not self._q.empty() or self.broken is not None:
+            if held() or not self._q.empty() or self.broken is not None:
                 return False
-            data = add_batch_frame(self._columns([item]), self._token.rotated())
+            columns, lacs = self._columns([item])
+            data = add_batch_frame(columns, self._token.rotated(), lacs)
             try:
                 try:
                     sent = sock.send(data, socket.MSG_DONTWAIT)
@@ -163,6 +168,10 @@ class SocketAddStream(AddStream):
             self._closed.set()
             super().close()
         self._shutdown()
+
+
+def _never() -> bool:
+    return False
 
 
 def _start_connect(host: str, port: int) -> socket.socket | None:

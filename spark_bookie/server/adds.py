@@ -31,11 +31,13 @@ class AddGroup(NamedTuple):
     entry_ids: list[int]
     request_ids: list[int]
     bodies: list[bytes]
+    lac_body: bytes = b""   # an announced explicit LAC (pb.LedgerAdds.lac_body; a group without entries)
 
 
 def add_groups(batch: pb.AddBatch) -> list[AddGroup]:
     """The batch's adds as groups: packed LedgerAdds as they are, one-per-message adds grouped."""
-    groups = [AddGroup(g.ledger_id, g.flag, g.master_key, list(g.entry_ids), list(g.request_ids), list(g.bodies))
+    groups = [AddGroup(g.ledger_id, g.flag, g.master_key, list(g.entry_ids), list(g.request_ids), list(g.bodies),
+                       g.lac_body)
               for g in batch.ledger_adds]
     singles: dict[tuple[int, int, bytes], AddGroup] = {}
     for a in batch.adds:

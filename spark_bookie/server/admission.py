@@ -101,7 +101,9 @@ class Admission:
                 flow = _flow(g.ledger_id, facts)
             limits = view.peek_limits(ns) if facts is not None and ns else NO_LIMITS
             # (a malformed group goes through unheld: process_adds answers each of its adds why)
-            if facts is None or limits.unlimited or not len(g.entry_ids) == len(g.request_ids) == len(g.bodies):
+            # (an announced LAC carries no entry: nothing to charge)
+            if (facts is None or limits.unlimited or not g.entry_ids
+                    or not len(g.entry_ids) == len(g.request_ids) == len(g.bodies)):
                 free.append(g)
                 continue
             held.extend(self._charge(ns, limits, facts, g))

@@ -28,7 +28,7 @@ from itertools import pairwise
 from typing import TypeVar
 
 from ledger_client.protocol import bookkeeper_pb2 as pb
-from ledger_client.protocol.framing import FramingError, parse_header
+from ledger_client.protocol.framing import FramingError, parse_header, parse_lac_header
 from metadata.tenancy import CONSUME, PRODUCE, Caller
 from spark_bookie.errors import (
     BadRequestError,
@@ -169,6 +169,8 @@ class RequestProcessor:
             if why is not None:
                 raise UnauthorizedError(why)
             check_group_shape(g)
+            if not g.entry_ids:
+                return self._announced_lac(g)
             self._check_key(g.ledger_id, g.master_key, answer.records)
             if g.flag != pb.RECOVERY_ADD and self._storage.is_fenced(g.ledger_id):
                 raise FencedError(f"ledger {g.ledger_id} is fenced")
@@ -180,6 +182,26 @@ class RequestProcessor:
         if entries:
             self._storage.add_entries(g.ledger_id, entries)
         return top_lac
+
+    def _announced_lac(self, g: AddGroup) -> int:
+        """The explicit LAC a group without entries announces, kept as WriteLac's is (ReadLac
+        answers it), if this bookie holds the ledger under the group's key and it is not fenced;
+        returns it (-2: none). Not journaled: it may be lost with a crash, as a LAC may (a
+        restarted bookie starts from the one its last entry carries); an unknown ledger is not
+        created for it."""
+        lid = g.ledger_id
+        try:
+            body_lid, lac = parse_lac_header(g.lac_body)
+        except FramingError as e:   # nothing answers an announcement: the bookie says it
+            log.warning("ledger %d: a malformed announced LAC was ignored: %s", lid, e)
+            return -2
+        if body_lid != lid or lac < -1:
+            log.warning("ledger %d: an announced LAC naming ledger %d, LAC %d was ignored", lid, body_lid, lac)
+            return -2
+        if self._storage.master_key(lid) != g.master_key or self._storage.is_fenced(lid):
+            return -2
+        self._storage.set_explicit_lac(lid, lac, g.lac_body)
+        return lac
 
     def admit(self, groups: Sequence[AddGroup]) -> tuple[Hashable, list[Piece]]:
         """(the batch's flow, its pieces with their holds for the namespace's write rate): asked

@@ -185,6 +185,26 @@ def test_reader_lac_lags_by_one_and_explicit_lac_closes_the_gap(sb):
         assert r.read(9, 9)[0].data == data(w.ledger_id, 9)
 
 
+def test_an_announced_lac_wakes_a_long_poll_and_adds_no_entry(sb):
+    """What an idle stream writer sends instead of a control record: the LAC on the add
+    connections, which another client's long poll and LAC read see at once."""
+    with client(sb) as wc, client(sb) as rc:
+        w = wc.create_ledger(3, 3, 2)
+        for i in range(5):
+            w.append(data(w.ledger_id, i))
+        r = rc.open_ledger(w.ledger_id, b"", recovery=False)
+        assert r.read_last_add_confirmed() == 3
+        got: list[list[int]] = []
+        poll = threading.Thread(target=lambda: got.append([e.entry_id for e in r.poll_entries(4, 9, 20_000)]))
+        poll.start()
+        w.send_explicit_lac(journaled=False)
+        poll.join(10)   # without the announcement the poll would wait out its 20 s
+        assert got == [[4]]
+        assert rc.open_ledger(w.ledger_id, b"", recovery=False).read_last_add_confirmed() == 4
+        with pytest.raises(errors.NoSuchEntryError):   # no control entry was written
+            r.read_unconfirmed(5, 5)
+
+
 def test_tail_follows_a_ledger_being_written(sb):
     with client(sb) as wc, client(sb) as rc:
         w = wc.create_ledger(3, 3, 2)

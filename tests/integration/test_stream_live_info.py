@@ -46,7 +46,7 @@ def test_info_from_another_client_and_process_counts_a_live_writers_acknowledged
         ns = cw.create_namespace("live", segment_rolling_bytes=1_000)   # ~40 records a segment
         w = ns.open_writer("s")
         dlsns = [w.write(payload(i), txid=1_000 + i) for i in range(600)]   # each acknowledged
-        w.flush()   # the idle writer's control record, which brings the bookies' LAC to the last write
+        w.flush()   # the idle writer announces its LAC, which brings the bookies' LAC to the last write
         live = dlsns[-1].segment
         assert live >= 10 and dlsns[-1].entry_id > 0
 
@@ -70,7 +70,7 @@ def test_info_from_another_client_and_process_counts_a_live_writers_acknowledged
         sealed = cr.namespace("live").stream_info("s").segments[-1]
         assert (sealed.state, sealed.record_count, sealed.last_dlsn, sealed.last_txid) == \
             ("sealed", seg.record_count, seg.last_dlsn, seg.last_txid)
-        assert sealed.bytes >= seg.bytes      # the sealed ledger may end with a control record
+        assert sealed.bytes >= seg.bytes
 
 
 def test_info_of_a_writer_in_another_process_alive_then_dead_and_never_fenced(sb):
@@ -118,7 +118,8 @@ def test_info_of_empty_and_hand_written_striped_segments_without_fencing(sb):
             (seq, "in_progress", 0, 0, None, -1)
         assert info.last_dlsn == before[-1] and info.last_txid == 2
 
-        # Entries of a writer that is not this client's, then its idle control record.
+        # Entries of a writer that is not this client's, then an idle control record, as writers
+        # wrote before they announced their LAC instead (old segments still hold them).
         e0 = encode([3, 4, 5], [b"a", b"bb", b"ccc"], 0)
         e1 = encode([6], [b"dddd"], 3)
         for body in (e0, e1, encode([], [], 4, FLAG_CONTROL)):

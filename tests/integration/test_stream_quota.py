@@ -24,8 +24,7 @@ pytestmark = pytest.mark.integration
 
 QUOTA = 12_000
 PAYLOAD = 200
-ENTRY = PAYLOAD + 12 + 16 + 16   # a record written alone: payload, its 12 bytes, its entry's 16 and the
-                                 # 16 of the control record an idle writer sends after it
+ENTRY = PAYLOAD + 12 + 16   # a record written alone: payload, its 12 bytes and its entry's 16
 ONE_BOOKIE = {"ensemble_size": 1, "write_quorum_size": 1, "ack_quorum_size": 1}
 
 

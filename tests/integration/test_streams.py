@@ -91,9 +91,30 @@ def test_tailing_reader_sees_an_idle_writers_last_record_promptly(sb):
                 rec = r.read_next(timeout_ms=2_000)
                 seen = time.monotonic()
                 assert rec is not None and rec.dlsn == d and rec.payload == payload(i)
-                # The writer is idle after each write: the reader sees it through the control record's LAC.
+                # The writer is idle after each write: the reader sees it through the LAC it announces.
                 assert seen - sent < 0.05 + (0.2 if i == 0 else 0), f"record {i} seen after {seen - sent:.3f}s"
                 time.sleep(0.1)
+            # The segment holds the records' entries only: the announcements wrote none.
+            assert w.write(payload(20)).entry_id == 20
+
+
+def test_flush_returns_with_every_future_settled_and_works_inside_a_callback(sb):
+    with client(sb) as c:
+        ns = c.create_namespace("flush-settles")
+        with ns.open_writer("s") as w:
+            for _ in range(3):
+                seen: list[int] = []
+                futs = [w.write_async(payload(i)) for i in range(200)]
+                for i, f in enumerate(futs):
+                    f.add_done_callback(lambda _f, i=i, seen=seen: (time.sleep(0.0005), seen.append(i)))
+                w.flush()
+                assert all(f.done() for f in futs) and seen == list(range(200))   # callbacks ran, in order
+            # A callback that flushes (its record the last one): flush does not wait for itself.
+            inner: list[bool] = []
+            last = w.write_async(payload(0))
+            last.add_done_callback(lambda _f: (w.flush(), inner.append(True)))
+            w.flush()
+            assert inner == [True]
 
 
 def test_writer_killed_mid_stream_a_new_writer_recovers_and_goes_on(cluster_factory, tmp_path):

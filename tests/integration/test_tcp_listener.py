@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from bookie_helpers import KEY, add_all, body, check_entry, wait_closed_by_bookie
+from bookie_helpers import DIGEST, KEY, add_all, body, check_entry, wait_closed_by_bookie
 
 from ledger_client import ClientConfig, DigestType, LedgerClient, errors
 from ledger_client.protocol import bookkeeper_pb2 as pb
@@ -47,6 +47,49 @@ def test_wire_format_hello_then_length_prefixed_batches(cluster_factory):
     with BookieClient(bid) as c:
         check_entry(c, 3, 0)
         check_entry(c, 3, 1)
+
+
+def _explicit_lac(c: BookieClient, lid: int) -> int | None:
+    resp = c.read_lac(lid)
+    assert resp.status == pb.EOK
+    return DIGEST.unframe_lac(resp.lac_body, lid) if resp.lac_body else None
+
+
+def test_an_announced_lac_is_taken_only_with_the_ledgers_key_unfenced_and_well_formed(cluster_factory):
+    """pb.LedgerAdds.lac_body: applied on receipt (ReadLac answers it), never answered; a wrong
+    key, a fenced ledger or a malformed body leave the LAC as it was and the connection serving.
+    Each announcement is followed on the same connection by an add whose answer proves the bookie
+    took the announcement first (a connection's batches are applied in order)."""
+    sb = cluster_factory(1)
+    bid = sb.bookies[0].bookie_id
+    with BookieClient(bid) as c:
+        assert add_all(c, 3, range(3))[-1].status == pb.EOK
+        assert add_all(c, 4, range(1))[-1].status == pb.EOK
+    s, _ = _connect(bid)
+    answers = read_frames(s, 1 << 20)
+
+    def announce_then_add(lac_groups: list[pb.LedgerAdds], entry: int) -> None:
+        add = pb.LedgerAdds(ledger_id=4, master_key=KEY, entry_ids=[entry], request_ids=[entry],
+                            bodies=[body(4, entry)])
+        s.sendall(frame(pb.AddBatch(ledger_adds=[*lac_groups, add]).SerializeToString()))
+        resp = pb.AddBatchResponse.FromString(next(answers))
+        assert list(resp.ok_request_ids) == [entry] and not resp.responses   # nothing answers the LAC
+
+    with s, BookieClient(bid) as c:
+        s.sendall(ADD_HELLO + frame(bid.encode()))
+        announce_then_add([pb.LedgerAdds(ledger_id=3, master_key=b"w" * 20, lac_body=DIGEST.frame_lac(3, 2)),
+                           pb.LedgerAdds(ledger_id=3, master_key=KEY, lac_body=b"\x01\x02"),
+                           pb.LedgerAdds(ledger_id=3, master_key=KEY, lac_body=DIGEST.frame_lac(4, 2)),
+                           pb.LedgerAdds(ledger_id=9, master_key=KEY, lac_body=DIGEST.frame_lac(9, 2))], 1)
+        assert _explicit_lac(c, 3) is None       # wrong key, malformed, another ledger's
+        assert c.read_lac(9).status == pb.ENOLEDGER   # an unknown ledger is not created for a LAC
+        announce_then_add([pb.LedgerAdds(ledger_id=3, master_key=KEY, lac_body=DIGEST.frame_lac(3, 1))], 2)
+        assert _explicit_lac(c, 3) == 1
+        assert c.read(3, 0, fence=True, master_key=KEY).status == pb.EOK
+        announce_then_add([pb.LedgerAdds(ledger_id=3, master_key=KEY, lac_body=DIGEST.frame_lac(3, 2))], 3)
+        assert _explicit_lac(c, 3) == 1          # fenced: the old writer's word no longer counts
+    log = sb.bookies[0].log_path.read_text()
+    assert "malformed announced LAC" in log and "naming ledger 4" in log
 
 
 @pytest.mark.parametrize("what", ["hello", "bookie id", "length", "garbage"])

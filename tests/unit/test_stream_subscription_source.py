@@ -30,7 +30,7 @@ def view(*segs: SegmentMeta) -> StreamView:
 
 
 def test_the_position_is_the_last_record_before_the_end():
-    # the segment in progress: entries 0-4 hold records, 5 is the writer's idle control record
+    # the segment in progress: entries 0-4 hold records, 5 an idle control record (older writers')
     entries = {e: records.encode([1] * (e + 1), [b"x"] * (e + 1), 0) for e in range(5)}
     entries[5] = records.encode([], [], 15)
     ns = FakeNamespace({"a": view(seg(1), seg(2, last_entry=7, last_slot=3), seg(3, records=0), seg(4, OPEN))},

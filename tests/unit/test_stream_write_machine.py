@@ -1,5 +1,6 @@
-"""The stream writer's machine (ledger_client/machines/stream_write.py): buffering, rolling, control
-entries, txids and in-order settling, driven directly (examples) and by hypothesis (a model)."""
+"""The stream writer's machine (ledger_client/machines/stream_write.py): buffering, rolling, the
+idle writer's LAC announcement, txids and in-order settling, driven directly (examples) and by
+hypothesis (a model)."""
 
 from __future__ import annotations
 
@@ -27,13 +28,13 @@ def _started(limits: Limits = NO_ROLL, last_txid: int = -1) -> StreamWriteState[
     out = sm.segment_started(1, sm.first_buffered_txid(), 0.0, limits)
     [entry] = out.send
     assert entry.tokens == ["r0"] and entry.txids == [last_txid + 1] and entry.records_before == 0
-    [control] = sm.settled(entry, 0, 0.0).send   # idle: a control entry follows
-    assert control.control and not sm.settled(control, 1, 0.0).send and sm.idle
+    out = sm.settled(entry, 0, 0.0)   # idle: the LAC is announced, no entry follows
+    assert out.announce and not out.send and sm.idle
     return sm
 
 
 def _data(out: Actions[str]) -> list[Entry[str]]:
-    return [e for e in out.send if not e.control]
+    return list(out.send)
 
 
 def test_txids_are_assigned_or_checked_and_never_go_down():
@@ -132,36 +133,37 @@ def test_a_segment_rolls_by_age():
     sm = _started(limits)                     # segment 1 started at 0.0
     sm.add(None, b"a", "a")
     [e1] = sm.step(9.9).send                  # 9.9 s old: not yet
-    [control] = sm.settled(e1, 2, 9.9).send
-    sm.settled(control, 3, 9.9)
+    assert sm.settled(e1, 2, 9.9).announce
     assert sm.add(None, b"b", "b")
     out = sm.step(10.0)
     assert out.transition and not out.send and sm.first_buffered_txid() == 2
 
 
-def test_an_idle_writer_sends_one_control_entry_after_its_last_records():
+def test_an_idle_writer_announces_the_lac_after_its_last_records_and_sends_no_entry():
     sm = _started()
     sm.add(None, b"a", "a")
     [e1] = sm.step(0.0).send
     out = sm.settled(e1, 2, 0.0)
-    [control] = out.send
-    assert control.control and control.records_before == 2 and out.settle == [Done(1, 2, ["a"])]
-    assert not sm.idle                        # the control entry is in flight
-    assert not sm.settled(control, 3, 0.0).send and sm.idle   # one per idle spell
+    assert out.announce and not out.send and out.settle == [Done(1, 2, ["a"])]
+    assert sm.idle                            # nothing in flight: the next record goes at once
     assert sm.segment is not None and sm.segment.last_data_entry == 2
+    assert sm.add(None, b"b", "b")
+    [e2] = sm.step(0.0).send
 
 
-def test_no_control_entry_while_records_wait_and_a_refused_one_is_forgotten():
+def test_no_announcement_while_records_wait_or_a_transition_is_due():
     sm = _started()
     sm.add(None, b"a", "a")
     [e1] = sm.step(0.0).send
     sm.add(None, b"b", "b")
     out = sm.settled(e1, 2, 0.0)
-    assert [e.tokens for e in out.send] == [["b"]]   # data, not control
-    out = sm.settled(out.send[0], 3, 0.0)
-    [control] = out.send
-    sm.unsent(control)
-    assert sm.idle
+    assert [e.tokens for e in out.send] == [["b"]] and not out.announce   # "b" carries the LAC
+    assert sm.settled(out.send[0], 3, 0.0).announce
+    limits = Limits(buffer_bytes=1000, roll_bytes=1, roll_interval_s=None)
+    sm = _started(limits)
+    sm.add(None, b"a", "a")
+    out = sm.step(0.0)
+    assert out.transition and not out.announce   # the roll closes the ledger: its close carries the end
 
 
 def test_sealing_leaves_no_segment():
@@ -201,10 +203,10 @@ class WriterModel(RuleBasedStateMachine):
         for entry in out.send:
             assert not self.transition_asked, "an entry sent while a segment transition runs"
             assert entry.segment.sequence == self.sequence
-            if not entry.control:
-                size = sum(self.sizes[t] + OVERHEAD for t in entry.tokens)
-                assert len(entry.tokens) == 1 or size <= self.limits.buffer_bytes
-                assert entry.txids == [self.txids[t] for t in entry.tokens]
+            assert entry.tokens, "every entry holds records"
+            size = sum(self.sizes[t] + OVERHEAD for t in entry.tokens)
+            assert len(entry.tokens) == 1 or size <= self.limits.buffer_bytes
+            assert entry.txids == [self.txids[t] for t in entry.tokens]
             self.flight.append((entry, self.next_entry_id))
             self.next_entry_id += 1
         for item in out.settle:
@@ -214,10 +216,10 @@ class WriterModel(RuleBasedStateMachine):
             else:
                 self.failed += item.tokens
         data_done = any(isinstance(item, Done) for item in out.settle)
-        if any(e.control for e in out.send):   # a control entry only right after records completed
-            assert data_done and [e for e in out.send if e.control] == out.send[-1:]
-        if data_done and self.sm.error is None:
-            assert not self.sm.idle, "the writer went idle after records without a control entry"
+        if out.announce:   # only as records completed, with nothing left to carry the LAC
+            assert data_done and not out.send and not out.transition and self.sm.idle
+        if data_done and self.sm.error is None and self.sm.idle and not self.sm.transitioning:
+            assert out.announce, "the writer went idle after records without announcing the LAC"
         if out.transition:
             assert not self.transition_asked and self.sm.transitioning
             assert all(e.outcome is not None for e, _ in self.flight), "a transition with entries in flight"
