@@ -11,9 +11,11 @@ a reader tell a slower build from a busier host.
 from __future__ import annotations
 
 import os
+import queue
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -66,6 +68,27 @@ def round_trips(rate: float = 1000.0, seconds: float = 3.0) -> list[float]:
     finally:
         mine.close()
         echo.wait(timeout=10)
+
+
+def thread_handoffs(rate: float = 1000.0, seconds: float = 3.0) -> list[float]:
+    """An item put on a queue.Queue by one thread and taken by another blocked on it, `rate` times
+    a second: the floor under each hand-off between two threads of one Python process (a record
+    crosses several on its way from a writer to a tailing reader)."""
+    q: queue.Queue[float] = queue.Queue()
+    got: list[float] = []
+
+    def take() -> None:
+        while (sent := q.get()) >= 0:
+            got.append(time.perf_counter() - sent)
+
+    taker = threading.Thread(target=take, name="handoff-probe", daemon=True)
+    taker.start()
+    try:
+        _paced(rate, seconds, lambda _i: q.put(time.perf_counter()))
+    finally:
+        q.put(-1.0)
+        taker.join(10)
+    return got
 
 
 def fdatasyncs(directory: Path, rate: float = 1000.0, seconds: float = 3.0, record_bytes: int = 1024) -> list[float]:

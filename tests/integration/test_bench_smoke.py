@@ -33,6 +33,10 @@ def test_bench_quick_runs_and_writes_json(tmp_path, which):
         assert "Redis peer DID NOT RUN" not in r.stdout, r.stdout   # the peer runs here (scripts/bootstrap)
         lat = data["latency_at_1000"]
         assert 0 < lat["p50_ms"] <= lat["p99_ms"] and 0 <= lat["host_steal_share"] < 1
+        for run in (lat, data["latency_at_10000"]):   # every record seen, split at its acknowledgement
+            assert run["records"] == run["rate"] + 1 and 0 < run["write_to_ack_p50_ms"] < run["p50_ms"]
+            assert 0 < run["ack_to_seen_p50_ms"] < run["p50_ms"]
+        assert 0 < data["host_thread_handoff"]["p50_ms"] and "handed between two threads" in r.stdout
         assert data["host_round_trip"]["p50_ms"] > 0 and "Redis" in r.stdout
     elif which == "tenants":   # fair share vs first come, and the host's floor, same run
         assert set(data["modes"]) == {"fair", "fifo", "apart"} and "host floor: " in r.stdout
