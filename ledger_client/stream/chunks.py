@@ -137,6 +137,8 @@ def records_to_arrow(records: list[LogRecord]) -> pa.RecordBatch:
 
 
 def arrow_to_records(rb: pa.RecordBatch) -> list[LogRecord]:
-    """The other way (a caller that switches from ``read_arrow_batch`` to ``read_batch``)."""
-    cols = [rb.column(i).to_pylist() for i in range(5)]
-    return [LogRecord(DLSN(s, e, k), t, p) for s, e, k, t, p in zip(*cols, strict=True)]
+    """The other way (a tiered segment's rows, or a caller that switches from ``read_arrow_batch``
+    to ``read_batch``): records built as ``Chunk.records`` builds them, without a Python call each."""
+    segments, entries, slots, txids = (rb.column(i).to_numpy(zero_copy_only=False).tolist() for i in range(4))
+    dlsns = map(_NEW_DLSN, zip(segments, entries, slots, strict=True))
+    return list(map(_NEW_RECORD, zip(dlsns, txids, rb.column(4).to_pylist(), strict=True)))

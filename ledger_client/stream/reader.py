@@ -29,7 +29,7 @@ from .commits import COMMIT_INTERVAL_MS, Committer
 from .dlsn import DLSN, LogRecord
 from .meta import check_names
 from .subscriptions import as_position, check_subscription, open_position
-from .tiered import read_tiered_segment
+from .tiered import read_tiered_batch
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -79,7 +79,7 @@ class StreamReader:
             self._pos = max(resume, DLSN(*tb)) if tb else resume
             self._committer = Committer(ns, name, subscription, committed, commit_interval_ms)
         # Chunks of entries (decoded by the caller, into records or Arrow), a tiered segment's records.
-        self._queue: queue.Queue[Chunk | list[LogRecord] | BaseException | _End] = queue.Queue(READ_AHEAD_BATCHES)
+        self._queue: queue.Queue[Chunk | pa.RecordBatch | BaseException | _End] = queue.Queue(READ_AHEAD_BATCHES)
         self._batch: list[LogRecord] | pa.RecordBatch = []
         self._index = 0
         self._ended = False
@@ -241,13 +241,14 @@ class StreamReader:
                 return True
         return False
 
-    def _decoded(self, item: Chunk | list[LogRecord], arrow: bool) -> list[LogRecord] | pa.RecordBatch:
-        """An item in the form asked, past the txid floor of ``start_txid`` (txids never decrease:
-        the floor holds until the first record that passes it)."""
+    def _decoded(self, item: Chunk | pa.RecordBatch, arrow: bool) -> list[LogRecord] | pa.RecordBatch:
+        """An item (entries read from a ledger, or a tiered segment's rows) in the form asked, past
+        the txid floor of ``start_txid`` (txids never decrease: the floor holds until the first
+        record that passes it)."""
         if isinstance(item, Chunk):
             batch: list[LogRecord] | pa.RecordBatch = item.arrow() if arrow else item.records()
         else:
-            batch = records_to_arrow(item) if arrow else item
+            batch = item if arrow else arrow_to_records(item)
         floor = self._min_txid
         if floor is None or not len(batch):
             return batch
@@ -290,7 +291,7 @@ class StreamReader:
 
     # ------------------------------------------------------------------ read-ahead thread
 
-    def _put(self, item: Chunk | list[LogRecord] | BaseException | _End) -> bool:
+    def _put(self, item: Chunk | pa.RecordBatch | BaseException | _End) -> bool:
         while not self._stop.is_set():
             try:
                 self._queue.put(item, timeout=0.1)
@@ -392,8 +393,8 @@ class StreamReader:
             return DLSN(seg.sequence + 1, 0, 0), True, False
         last = min(seg.last_entry_id, pos.entry_id + TIERED_CHUNK_ENTRIES - 1)
         start = max(pos, DLSN(*tb)) if tb else pos
-        batch = [r for r in read_tiered_segment(seg, self.ns.name, self.name, pos, last) if r.dlsn >= start]
-        if batch and not self._put(batch):
+        batch = read_tiered_batch(seg, self.ns.name, self.name, start, last)
+        if batch.num_rows and not self._put(batch):
             return pos, False, False
         return DLSN(seg.sequence, last + 1, 0), True, False
 

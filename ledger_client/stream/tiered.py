@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from metadata.streams import SegmentMeta
 
 from .. import errors
+from .chunks import arrow_schema, arrow_to_records
 from .dlsn import DLSN, LogRecord
 
 if TYPE_CHECKING:
@@ -66,9 +67,21 @@ def tiered_row_count(table: str, version: int, stream: str, segment: int) -> int
 
 def read_tiered_segment(seg: SegmentMeta, ns: str, stream: str, start: DLSN,
                         last_entry: int | None = None) -> list[LogRecord]:
-    """The segment's records at or after ``start`` (up to entry ``last_entry``), in DLSN order.
-    Entering the segment at its start, the table's row count for it is checked against the
-    metadata (a table that lost or doubled rows is an error, never a silent gap)."""
+    """The segment's records at or after ``start`` (up to entry ``last_entry``), in DLSN order
+    (read_tiered_batch's rows as records)."""
+    return arrow_to_records(read_tiered_batch(seg, ns, stream, start, last_entry))
+
+
+def read_tiered_batch(seg: SegmentMeta, ns: str, stream: str, start: DLSN,
+                      last_entry: int | None = None) -> pa.RecordBatch:
+    """The segment's records at or after ``start`` (up to entry ``last_entry``), in DLSN order, in
+    the columns of ``read_arrow_batch`` (chunks.arrow_schema): no Python object per record, as a
+    segment read from its ledger. Entering the segment at its start, the table's row count for it
+    is checked against the metadata (a table that lost or doubled rows is an error, never a
+    silent gap)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
     if seg.tier is None:
         raise errors.MetadataServiceError(f"segment {seg.sequence} of {ns}/{stream} is tiered but names no table")
     name = f"{ns}/{stream}"
@@ -83,8 +96,9 @@ def read_tiered_segment(seg: SegmentMeta, ns: str, stream: str, start: DLSN,
     if whole and rows.num_rows != seg.record_count:
         raise errors.ReadError(f"segment {seg.sequence} of {name}: its Delta table holds {rows.num_rows} "
                                f"records, the metadata says {seg.record_count}")
-    seq = seg.sequence
-    out = [LogRecord(DLSN(seq, e, s), t, p) for e, s, t, p in zip(
-        rows.column("entry_id").to_pylist(), rows.column("slot").to_pylist(), rows.column("txid").to_pylist(),
-        rows.column("payload").to_pylist(), strict=True)]
-    return [r for r in out if r.dlsn >= start]
+    if start.segment == seg.sequence and (start.entry_id > first or start.slot > 0):
+        entry, slot = rows.column("entry_id"), rows.column("slot")
+        rows = rows.filter(pc.or_(pc.greater(entry, start.entry_id),
+                                  pc.and_(pc.equal(entry, start.entry_id), pc.greater_equal(slot, start.slot))))
+    names = arrow_schema().names   # segment, entry_id, slot, txid, payload: the stream column goes
+    return pa.RecordBatch.from_arrays([rows.column(n).combine_chunks() for n in names], schema=arrow_schema())

@@ -253,6 +253,25 @@ def test_python_reader_reads_big_tiered_segments_in_chunks_from_any_position(clu
         part = read_all(ns, "big", 3_000 - 1_777, start=DLSN(*mid))
         assert [r.dlsn for r in part] == dlsns[1_777:]
 
+        # Entries of many records: Arrow and records alike, from inside an entry, past a txid floor.
+        packed = c.create_namespace("packed", segment_rolling_bytes=120_000)
+        _w, pdlsns = fill(packed, "p", 3_000, keep_open=False)
+        tier_streams(TieringConfig(sb.connect_string, str(tmp_path / "p"), "packed/p"))
+        assert {s.state for s in packed.stream_info("p").segments} == {"tiered"}
+        inside = next(i for i, d in enumerate(pdlsns) if d.slot >= 3 and i > 1_000)
+        for kw, first in (({}, 0), ({"start": DLSN(*pdlsns[inside])}, inside), ({"start_txid": 2_222}, 2_222)):
+            recs = read_all(packed, "p", 3_000 - first, **kw)
+            assert [r.dlsn for r in recs] == pdlsns[first:] and [r.txid for r in recs] == list(range(first, 3_000))
+            with packed.open_reader("p", **kw) as r:
+                rows: list = []
+                while sum(b.num_rows for b in rows) < 3_000 - first:
+                    got = r.read_arrow_batch(1_000, 2_000)
+                    assert got is not None
+                    rows.append(got)
+            cols = [[v for b in rows for v in b.column(i).to_pylist()] for i in range(5)]
+            assert list(zip(*cols[:3], strict=True)) == [tuple(d) for d in pdlsns[first:]]
+            assert cols[3] == list(range(first, 3_000)) and cols[4] == [p for _t, p in expected("p", 3_000)[first:]]
+
         # Readers read at the recorded Delta version: a later delete in the table changes nothing;
         # once vacuum removes that version's files, reading fails loudly instead of skipping rows.
         from deltalake import DeltaTable
