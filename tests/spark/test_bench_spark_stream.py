@@ -23,5 +23,5 @@ def test_bench_spark_stream_quick(tmp_path):
     assert len(data["write"]) == len(data["read"]) == len(data["tiered"]) == 2
     assert all(w["stream_rows_per_s"] > 0 and w["delta_rows_per_s"] > 0 for w in data["write"])
     assert all(x["spark_records_per_s"] > 0 and x["executors_summed_records_per_s"] > 0 for x in data["read"])
-    assert all(t["delta_records_per_s"] > 0 for t in data["tiered"])
+    assert all(t["delta_records_per_s"] > 0 and t["delta_arrow_records_per_s"] > 0 for t in data["tiered"])
     assert "goal Spark write into a stream" in r.stdout and "tiered into Delta" in r.stdout
