@@ -164,10 +164,10 @@ class StreamReader:
             if self._index >= len(self._batch) and not self._next_batch(deadline if not out else 0.0, arrow=False):
                 break
             cur = self._batch
-            if not isinstance(cur, list):   # what read_arrow_batch left
-                cur, self._index = arrow_to_records(cur.slice(self._index)), 0
-                self._batch = cur
-            take = cur[self._index:self._index + max_records - len(out)]
+            if isinstance(cur, list):
+                take = cur[self._index:self._index + max_records - len(out)]
+            else:   # Arrow (a tiered segment's rows, or what read_arrow_batch left): only what is taken
+                take = arrow_to_records(cur.slice(self._index, max_records - len(out)))
             self._index += len(take)
             out += take
         if out:
@@ -242,13 +242,11 @@ class StreamReader:
         return False
 
     def _decoded(self, item: Chunk | pa.RecordBatch, arrow: bool) -> list[LogRecord] | pa.RecordBatch:
-        """An item (entries read from a ledger, or a tiered segment's rows) in the form asked, past
-        the txid floor of ``start_txid`` (txids never decrease: the floor holds until the first
-        record that passes it)."""
-        if isinstance(item, Chunk):
-            batch: list[LogRecord] | pa.RecordBatch = item.arrow() if arrow else item.records()
-        else:
-            batch = item if arrow else arrow_to_records(item)
+        """An item past the txid floor of ``start_txid`` (txids never decrease: the floor holds
+        until the first record that passes it): entries read from a ledger decoded in the form
+        asked; a tiered segment's rows as they are, Arrow, of which read_batch turns into records
+        only the part it returns (up to TIERED_CHUNK_ENTRIES entries come at once)."""
+        batch = (item.arrow() if arrow else item.records()) if isinstance(item, Chunk) else item
         floor = self._min_txid
         if floor is None or not len(batch):
             return batch
