@@ -11,11 +11,10 @@ Before a batch is applied, the bookie's admission (server/admission.py) names it
 it for its namespace's write rate; the thread then also waits while its flow has its share of the
 journal queued (fair share, DESIGN §4.10). Either wait stops this connection's reads alone.
 
-Answers are written straight to the socket without blocking (MSG_DONTWAIT). What the socket does
-not take (a client that does not read its answers) waits in `_pending`, and a writer thread, started
-for that case only, sends it in order; meanwhile later answers queue behind it. While more than
-PENDING_BYTES_MAX wait, this connection reads no more requests: back-pressure on that client alone
-(the in-flight bound, answered ETOOMANYREQUESTS, caps what it can have outstanding anyway).
+Answers are written without blocking, what the socket does not take by a writer thread
+(spark_bookie.server.frame_out). While more than PENDING_BYTES_MAX wait, this connection reads no
+more requests: back-pressure on that client alone (the in-flight bound, answered
+ETOOMANYREQUESTS, caps what it can have outstanding anyway).
 """
 
 from __future__ import annotations
@@ -28,10 +27,10 @@ import time
 from google.protobuf.message import DecodeError
 
 from ledger_client.protocol import bookkeeper_pb2 as pb
-from ledger_client.protocol.sockets import shutdown
 from ledger_client.protocol.tcp_framing import FrameError, frame, next_frame
 from spark_bookie.server.adds import add_groups, batch_size, group_failures
 from spark_bookie.server.auth import ConnectionAccess
+from spark_bookie.server.frame_out import FrameOut
 from spark_bookie.server.processor import RequestProcessor
 
 log = logging.getLogger(__name__)
@@ -39,7 +38,6 @@ RECV_BYTES = 1 << 16
 # Answers the client has not taken, besides the chunk the writer thread is sending; above it the
 # connection reads no more requests.
 PENDING_BYTES_MAX = 1 << 20
-CLOSE_WAIT_S = 5.0  # how long closing waits for a writer thread stuck on a client that does not read
 
 
 class AddConnection:
@@ -53,16 +51,19 @@ class AddConnection:
         self._p = processor
         self._in_flight_max = in_flight_adds_max
         self._bytes_max = message_bytes_max
-        # The lock covers the answer lists, the in-flight count, the pending bytes and every write
-        # of an answer, so that frames never interleave and nothing is written after close.
+        # The lock covers the answer lists, the in-flight count and every write of an answer (the
+        # FrameOut's lock), so that answers leave in the order they were collected and nothing is
+        # written after close.
         self._out_lock = threading.Lock()
-        self._drained = threading.Condition(self._out_lock)
+        self._out = FrameOut(sock, f"add-{peer}", self._out_lock)
+        self._drained = self._out.drained   # what waited was taken, or closed
         self._in_flight = 0
         self._ok: list[int] = []
         self._failed: list[pb.AddResponse] = []
-        self._pending = bytearray()
-        self._writer: threading.Thread | None = None
-        self._closed = False
+
+    @property
+    def _closed(self) -> bool:
+        return self._out.closed
 
     # ------------------------------------------------------------------ the connection's thread
 
@@ -110,7 +111,7 @@ class AddConnection:
     def _wait_for_client(self) -> bool:
         """Block while the client leaves more than PENDING_BYTES_MAX of answers untaken; False once closed."""
         with self._out_lock:
-            while len(self._pending) > PENDING_BYTES_MAX and not self._closed:
+            while self._out.pending_bytes > PENDING_BYTES_MAX and not self._closed:
                 self._drained.wait()
             return not self._closed
 
@@ -164,13 +165,7 @@ class AddConnection:
 
     def _finish(self) -> None:
         """Close the socket once no other thread can be writing to it."""
-        with self._out_lock:
-            self._closed = True
-            writer = self._writer
-            self._drained.notify_all()
-        shutdown(self._sock)  # wakes a writer thread blocked in sendall
-        if writer is not None:
-            writer.join(CLOSE_WAIT_S)
+        self._out.close()
         with self._out_lock:
             self._sock.close()
 
@@ -192,47 +187,10 @@ class AddConnection:
             if self._closed or not (ok or failed):
                 return
             self._ok, self._failed = [], []
-            data = frame(pb.AddBatchResponse(ok_request_ids=ok, responses=failed).SerializeToString())
-            if self._writer is None:
-                try:
-                    sent = self._sock.send(data, socket.MSG_DONTWAIT)
-                except BlockingIOError:
-                    sent = 0
-                except OSError:  # broken: the connection's thread meets it too and ends
-                    shutdown(self._sock)
-                    return
-                if sent == len(data):
-                    return
-                data = data[sent:]
-                self._writer = threading.Thread(target=self._write_pending, name=f"add-answers-{self._peer}",
-                                                daemon=True)
-                self._writer.start()
-            self._pending += data
-
-    def _write_pending(self) -> None:
-        """Send what waits, blocking, until nothing does (or the connection is closed)."""
-        while True:
-            with self._out_lock:
-                data, self._pending = bytes(self._pending), bytearray()
-                self._drained.notify_all()
-                if not data or self._closed:
-                    self._writer = None
-                    return
-            try:
-                self._sock.sendall(data)
-            except OSError:
-                shutdown(self._sock)
-                with self._out_lock:
-                    self._writer = None
-                    self._pending.clear()
-                    self._drained.notify_all()
-                return
+            self._out.send_locked(frame(pb.AddBatchResponse(ok_request_ids=ok, responses=failed).SerializeToString()))
 
     def close(self) -> None:
         """Send what is already answered, then stop serving (the bookie is stopping): the client
         sees the connection end at once instead of waiting out its add timeout."""
         self._send_answers()
-        with self._out_lock:
-            self._closed = True
-            self._drained.notify_all()
-        shutdown(self._sock)
+        self._out.close(join=False)
