@@ -253,28 +253,30 @@ class RequestProcessor:
             self._journal.commit_here()  # outside _apply_lock: others' adds queue meanwhile
 
     def _apply(self, answer: BatchAnswer) -> StorageIOError | None:
-        """Check and store every group, publish the LACs they carry, submit the journal records:
-        one step under _apply_lock. Returns the journal's refusal, if it refused them."""
+        """Check and store every group and submit the journal records, one step under _apply_lock;
+        then publish the LACs they carry. Returns the journal's refusal, if it refused them."""
         lacs: dict[int, int] = {}
+        refused = None
         with self._apply_lock:
             for g in answer.groups:
                 lac = self._accept_group(g, answer)
                 if lac > lacs.get(g.ledger_id, -2):
                     lacs[g.ledger_id] = lac
-            # The LAC an entry carries names entries its writer was already told are durable (on
-            # Qa bookies), so long polls may learn it now, before this entry's own journal sync,
-            # as BookKeeper's ledger storage does on add: a tailing reader sees an entry one
-            # fdatasync sooner (about a third of the end-to-end time at 1,000 records/s).
-            for lid, lac in lacs.items():
-                if lac >= -1:
-                    self.lac.advance(lid, lac)
             if answer.records:  # with a flush the caller is a connection's thread: it may commit itself
                 done = answer.finish if answer.flush is not None else answer.finish_on_loop
                 try:
                     self._submit(answer, done)
                 except StorageIOError as e:
-                    return e
-        return None
+                    refused = e
+        # The LAC an entry carries names entries its writer was already told are durable (on Qa
+        # bookies), so long polls may learn it now, before this entry's own journal sync, as
+        # BookKeeper's ledger storage does on add: a tailing reader sees an entry one fdatasync
+        # sooner. After the lock: a TCP long poll is answered from here (lac.py), and the entries
+        # it returns were stored above.
+        for lid, lac in lacs.items():
+            if lac >= -1:
+                self.lac.advance(lid, lac)
+        return refused
 
     def _submit(self, answer: BatchAnswer, done: JournalCallback) -> None:
         """The batch's journal records in one submit, or one per ledger when it spans several (a
@@ -415,6 +417,39 @@ class RequestProcessor:
             return resp
         bodies = await self._in_executor(self._storage.get_range, lid, first, last, max_bytes)
         return pb.ReadRangeResponse(status=pb.EOK, ledger_id=lid, first_entry_id=first, bodies=bodies)
+
+    async def prepare_poll(self, req: pb.ReadRangeRequest, caller: Caller | None) -> tuple[int, float]:
+        """A range long poll's checks before it waits, as read_range makes them: (its max_bytes,
+        its timeout in seconds). BookieError as read_range raises it."""
+        lid, first = req.ledger_id, req.first_entry_id
+        if lid < 0 or first < 0 or req.last_entry_id < first:
+            raise BadRequestError(f"bad range {lid}/[{first}, {req.last_entry_id}]")
+        await self.check_async(caller, lid, CONSUME)
+        if not self._storage.ledger_exists(lid):
+            raise NoLedgerError(f"no ledger {lid} on this bookie")
+        limit = self._cfg.read_range_bytes_max
+        timeout_ms = min(max(req.timeout_ms, 0), self._cfg.long_poll_timeout_ms_max)
+        return (min(req.max_bytes, limit) if req.max_bytes > 0 else limit), timeout_ms / 1000
+
+    def tail_answer(self, req: pb.ReadRangeRequest, lac: int, max_bytes: int, caller: Caller | None,
+                    started: float) -> pb.ReadRangeResponse | None:
+        """A long poll's answer once the LAC is ``lac``, from what is at hand: the write cache and
+        a grant decision already cached; None when either is missing (the event loop answers it
+        then, as _range_long_poll does). Runs on the thread that raised the LAC: never blocks.
+        ``started``: when the poll arrived (perf_counter), for the read metrics."""
+        lid, first = req.ledger_id, req.first_entry_id
+        if caller is not None and self.gate is not None and self.gate.cached_refusal(caller, lid, CONSUME) is not None:
+            return None   # not cached, or refused (the loop's check names why, fenced ledgers included)
+        resp = pb.ReadRangeResponse(status=pb.EOK, ledger_id=lid, first_entry_id=first, lac=lac)
+        last = min(req.last_entry_id, lac)
+        if first <= last:
+            bodies = self._storage.get_cached_range(lid, first, last, max_bytes)
+            if bodies is None:
+                return None
+            resp.bodies.extend(bodies)
+        if self._metrics is not None:
+            self._metrics.read_done(started, len(resp.bodies), sum(map(len, resp.bodies)), True)
+        return resp
 
     async def _range_long_poll(self, req: pb.ReadRangeRequest, max_bytes: int) -> pb.ReadRangeResponse:
         """Wait for the LAC to pass previous_lac (bounded by long_poll_timeout_ms_max), then the

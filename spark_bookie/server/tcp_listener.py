@@ -11,10 +11,9 @@ connection. The gRPC AddStream stays for clients that ask for it
 
 A thread accepts connections; each gets a thread that reads its hello (within HELLO_TIMEOUT_S).
 An add connection stays on that thread (spark_bookie.server.add_connection: why a thread). A connection
-opened with READ_HELLO carries range and listed reads (ReadRangeRequest / ReadRangeResponse,
-answered in any order by request_id) and is handed to the bookie's event loop, where reads run as
-on gRPC: with ~450 KB answers the bookie spent 2.7 ms of CPU per MB here vs 3.2 on gRPC. Single
-entry reads, long polls, LAC and fencing stay on gRPC.
+opened with READ_HELLO carries range and listed reads, range long polls included, and is handed to
+the bookie's event loop (spark_bookie.server.read_connection). Single-entry reads and their long
+polls, LAC reads and fencing stay on gRPC.
 
 Add rules are those of the gRPC stream: at most `in_flight_adds_max` adds of a connection wait for
 the journal (more get ETOOMANYREQUESTS), and reading stops while the client does not take its
@@ -38,18 +37,14 @@ import ssl
 import threading
 import time
 from collections.abc import Callable
-from typing import cast
 
-from google.protobuf.message import DecodeError
-
-from ledger_client.protocol import bookkeeper_pb2 as pb
 from ledger_client.protocol.sockets import shutdown
-from ledger_client.protocol.tcp_framing import HELLOS, LENGTH, FrameError, frame, next_frame
+from ledger_client.protocol.tcp_framing import HELLOS, LENGTH
 from ledger_client.protocol.tls_pump import tunnel
 from spark_bookie.server.add_connection import AddConnection
 from spark_bookie.server.auth import ConnectionAccess, TokenVerifier
 from spark_bookie.server.processor import RequestProcessor
-from spark_bookie.server.service import answer_read_range
+from spark_bookie.server.read_connection import ReadConnection
 
 log = logging.getLogger(__name__)
 HELLO_ID_BYTES_MAX = 1024
@@ -58,117 +53,6 @@ HELLO_TIMEOUT_S = 10.0  # a connection that has not said hello by then is closed
 CONNECTIONS_MAX = 1024  # open add and read connections per bookie; more are closed at once (logged)
 CLOSE_WAIT_S = 5.0  # how long close() waits for the connections' threads to end
 ACCEPT_RETRY_S = 0.1  # after a failed accept (out of file descriptors, say), before the next
-READS_PER_CONNECTION_MAX = 64  # reads served at once per read connection; then its requests wait in the socket
-
-
-class ReadConnection(asyncio.Protocol):
-    """A read connection after its hello; every method runs on the bookie's event loop."""
-
-    def __init__(self, processor: RequestProcessor, message_bytes_max: int, peer: str,
-                 on_lost: Callable[[ReadConnection], None], access: ConnectionAccess | None = None) -> None:
-        self._p = processor
-        self._access = access  # whether this connection's client is served (auth; None: no checks)
-        self._bytes_max = message_bytes_max
-        self._peer = peer
-        self._on_lost = on_lost
-        self._buf = bytearray()
-        self._tasks: set[asyncio.Task[None]] = set()  # reads being served
-        self._write_paused = False  # the client is not taking its answers
-        self._transport: asyncio.Transport | None = None
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self._transport = cast(asyncio.Transport, transport)
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self._transport = None
-        self._on_lost(self)
-
-    def close(self) -> None:
-        if self._transport is not None:
-            self._transport.close()
-
-    def pause_writing(self) -> None:  # the client is not reading its answers: stop reading its requests
-        self._write_paused = True
-        self._update_reading()
-
-    def resume_writing(self) -> None:
-        self._write_paused = False
-        self._update_reading()
-
-    def _full(self) -> bool:
-        return len(self._tasks) >= READS_PER_CONNECTION_MAX
-
-    def _update_reading(self) -> None:
-        """Read requests only while the client takes its answers and fewer than
-        READS_PER_CONNECTION_MAX reads (answers of up to read_range_bytes_max) are served."""
-        if self._transport is None:
-            return
-        if self._write_paused or self._full():
-            self._transport.pause_reading()
-        else:
-            self._transport.resume_reading()
-
-    def data_received(self, data: bytes) -> None:
-        self._buf += data
-        self._parse()
-
-    def _parse(self) -> None:
-        """Start the reads of the whole frames buffered, until the connection's reads are full."""
-        buf, pos = self._buf, 0
-        while not self._full():
-            try:
-                got = next_frame(buf, pos, self._bytes_max)
-            except FrameError as e:
-                self._drop(f"{e} (message_bytes_max)")
-                return
-            if got is None:
-                break
-            body, pos = got
-            try:
-                req = pb.ReadRangeRequest.FromString(body)
-            except DecodeError as e:
-                self._drop(f"frame is not a ReadRangeRequest: {e}")
-                return
-            why = None if self._access is None else self._access.refusal(req.auth_token)
-            if why is not None:
-                self._refuse(req, why)
-                continue
-            task = asyncio.ensure_future(self._read(req))
-            self._tasks.add(task)  # a task nobody refers to may be collected before it ends
-            task.add_done_callback(self._read_done)
-        if self._full():
-            self._update_reading()
-        del buf[:pos]
-
-    def _read_done(self, task: asyncio.Task[None]) -> None:
-        was_full = self._full()
-        self._tasks.discard(task)
-        if was_full and self._transport is not None:
-            self._update_reading()
-            self._parse()  # requests that arrived while full wait in the buffer
-
-    async def _read(self, req: pb.ReadRangeRequest) -> None:
-        """One read, answered when it is done (so a slow disk read holds up only itself); the
-        processor bounds the reads in flight (ETOOMANYREQUESTS)."""
-        resp = await answer_read_range(self._p, req, None if self._access is None else self._access.caller)
-        resp.request_id = req.request_id
-        if self._transport is not None:
-            body = resp.SerializeToString()  # up to read_range_bytes_max: not copied once more into a frame
-            self._transport.write(len(body).to_bytes(LENGTH, "big"))
-            self._transport.write(body)
-
-    def _refuse(self, req: pb.ReadRangeRequest, why: str) -> None:
-        """Answer EUA without reading anything (a client whose token was refused)."""
-        if self._transport is not None:
-            self._transport.write(frame(pb.ReadRangeResponse(
-                status=pb.EUA, ledger_id=req.ledger_id, first_entry_id=req.first_entry_id, detail=why,
-                request_id=req.request_id).SerializeToString()))
-
-    def _drop(self, why: str) -> None:
-        log.warning("closing read connection from %s: %s", self._peer, why)
-        if self._transport is not None:
-            self._transport.close()
-            self._transport = None
 
 
 class TcpListener:
@@ -277,7 +161,7 @@ class TcpListener:
 
     def _start_reads(self, conn: socket.socket, peer: str, access: ConnectionAccess | None) -> None:
         def made() -> ReadConnection:
-            protocol = ReadConnection(self._p, self._bytes_max, peer, self._forget, access)
+            protocol = ReadConnection(self._p, self._bytes_max, peer, self._forget, access, conn)
             if not self._swap(conn, protocol):
                 self._loop.call_soon(protocol.close)
             return protocol

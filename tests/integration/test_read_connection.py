@@ -63,7 +63,7 @@ def test_wire_format_answers_carry_the_request_id(cluster_factory):
 def test_more_reads_at_once_than_a_connection_serves_all_get_answers(cluster_factory):
     """Past READS_PER_CONNECTION_MAX reads in flight the bookie stops reading the connection
     (answers of megabytes each must not pile up without bound) and goes on once reads finish."""
-    from spark_bookie.server.tcp_listener import READS_PER_CONNECTION_MAX
+    from spark_bookie.server.read_connection import READS_PER_CONNECTION_MAX
 
     _sb, bid = _bookie_holding(cluster_factory, 8, 4, size=20_000)
     n = 3 * READS_PER_CONNECTION_MAX
@@ -141,3 +141,40 @@ def test_read_transport_is_validated():
     with pytest.raises(errors.IncorrectParameterError, match="bookie_read_transport"):
         ClientConfig(bookie_read_transport="udp")
     assert ClientConfig().bookie_read_transport == "tcp"
+
+
+def test_waiting_long_polls_are_answered_by_the_add_that_moves_the_lac_or_by_their_timeout(cluster_factory):
+    """Range long polls that have to wait (spark_bookie.server.read_connection): more of them
+    than a connection serves at once, each answered once: with the entries the moment an add
+    carrying a later LAC arrives, or with the LAC unchanged and nothing at its timeout; the
+    connection reads the requests that waited in the meantime and goes on serving."""
+    from spark_bookie.server.read_connection import READS_PER_CONNECTION_MAX
+
+    _sb, bid = _bookie_holding(cluster_factory, 9, 3)   # entry 2 carries LAC 1
+    n = READS_PER_CONNECTION_MAX + 8
+
+    def poll(rid: int, timeout_ms: int, previous_lac: int = 1) -> bytes:
+        return frame(pb.ReadRangeRequest(ledger_id=9, first_entry_id=previous_lac + 1, last_entry_id=9,
+                                         wait_for_lac=True, previous_lac=previous_lac, timeout_ms=timeout_ms,
+                                         request_id=rid).SerializeToString())
+
+    with _read_socket(bid) as s, BookieClient(bid) as c:
+        s.sendall(b"".join(poll(i + 1, 30_000) for i in range(n)))
+        time.sleep(0.3)   # the polls are waiting (none may be answered before the LAC moves)
+        s.settimeout(0.2)
+        with pytest.raises(TimeoutError):
+            s.recv(1)
+        s.settimeout(10)
+        t0 = time.monotonic()
+        assert add_all(c, 9, range(3, 5))[-1].status == pb.EOK   # entry 4 carries LAC 3
+        got = _answers(s, n)
+        assert time.monotonic() - t0 < 5 and sorted(got) == list(range(1, n + 1))
+        for r in got.values():
+            assert r.status == pb.EOK and r.lac == 3 and list(r.bodies) == [body(9, 2), body(9, 3)]
+        t0 = time.monotonic()
+        s.sendall(poll(500, 300, previous_lac=3))   # nothing moves the LAC past 3 now: answered at its timeout
+        [late] = _answers(s, 1).values()
+        assert late.request_id == 500 and late.lac == 3 and not late.bodies and time.monotonic() - t0 >= 0.25
+        s.sendall(frame(pb.ReadRangeRequest(ledger_id=9, first_entry_id=0, last_entry_id=4,
+                                            request_id=501).SerializeToString()))
+        assert list(_answers(s, 1)[501].bodies) == [body(9, e) for e in range(5)]

@@ -30,7 +30,8 @@ from ledger_client.protocol.tcp_framing import (
 )
 from spark_bookie.server.add_connection import AddConnection
 from spark_bookie.server.auth import AuthError, ConnectionAccess, TokenVerifier, mint_token
-from spark_bookie.server.tcp_listener import HelloError, ReadConnection, _hello
+from spark_bookie.server.read_connection import ReadConnection
+from spark_bookie.server.tcp_listener import HelloError, _hello
 
 pytestmark = pytest.mark.unit
 
