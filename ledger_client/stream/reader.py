@@ -1,9 +1,10 @@
 """Reading a stream (DistributedLog's ReadAheadEntryReader + BKAsyncLogReader, DESIGN §4.5).
 
 A read-ahead thread walks the segments in order: sealed ones by range reads up to their last
-entry, the one in progress up to its LAC and then by long polls (never past what the writer was
-told is durable, and never fencing it), moving on when a segment is sealed; it decodes record sets
-into batches on a bounded queue. The reader's caller takes records from there. Records before the
+entry, the one in progress up to its LAC, moving on when a segment is sealed; it puts what it
+read on a bounded queue, and the reader's caller takes records from there (decoding them). At the
+tail it hands the segment over to the caller, whose reads then long-poll it themselves (never past
+what the writer was told is durable, and never fencing it): see tail.py. Records before the
 truncation point are never returned, whatever position the reader was asked to start from.
 
 A reader of a subscription (DESIGN §4.11) starts after its committed position (a new one at
@@ -29,6 +30,7 @@ from .commits import COMMIT_INTERVAL_MS, Committer
 from .dlsn import DLSN, LogRecord
 from .meta import check_names
 from .subscriptions import as_position, check_subscription, open_position
+from .tail import Tail
 from .tiered import read_tiered_batch
 
 if TYPE_CHECKING:
@@ -79,7 +81,9 @@ class StreamReader:
             self._pos = max(resume, DLSN(*tb)) if tb else resume
             self._committer = Committer(ns, name, subscription, committed, commit_interval_ms)
         # Chunks of entries (decoded by the caller, into records or Arrow), a tiered segment's records.
-        self._queue: queue.Queue[Chunk | pa.RecordBatch | BaseException | _End] = queue.Queue(READ_AHEAD_BATCHES)
+        self._queue: queue.Queue[Chunk | pa.RecordBatch | Tail | BaseException | _End] = queue.Queue(READ_AHEAD_BATCHES)
+        self._tailing: Tail | None = None   # the segment in progress, while this reader's caller polls it
+        self._handed: Tail | None = None    # the read-ahead thread's side: the tail it waits to get back
         self._batch: list[LogRecord] | pa.RecordBatch = []
         self._index = 0
         self._ended = False
@@ -218,6 +222,17 @@ class StreamReader:
         """The next item of the read-ahead queue decoded (into records, or Arrow) as the current
         batch; False when none came by ``deadline`` (0: only what is there now) or at the end."""
         while not self._ended:
+            if self._tailing is not None:
+                if not deadline:
+                    return False   # no poll for "only what is there now": a round trip each call
+                got = self._poll_tail(self._tailing, deadline, arrow)
+                if got is not None and len(got):
+                    self._batch, self._index = got, 0
+                    return True
+                if self._tailing is not None:
+                    if time.monotonic() >= deadline:
+                        return False
+                    continue
             try:
                 if deadline:
                     item = self._queue.get(timeout=max(0.0, deadline - time.monotonic()))
@@ -225,6 +240,9 @@ class StreamReader:
                     item = self._queue.get_nowait()
             except queue.Empty:
                 return False
+            if isinstance(item, Tail):
+                self._tailing = item
+                continue
             if isinstance(item, _End):
                 self._ended = True
                 return False
@@ -240,6 +258,27 @@ class StreamReader:
                 self._batch, self._index = batch, 0
                 return True
         return False
+
+    def _poll_tail(self, t: Tail, deadline: float, arrow: bool) -> list[LogRecord] | pa.RecordBatch | None:
+        """One long poll of the tail by the caller, up to ``deadline``: what came, decoded; None
+        when nothing did. The tail goes back to the read-ahead thread when the stream's metadata
+        is due to be read again (VIEW_MAX_AGE_S while records come, LONG_POLL_MS while none do)
+        or the poll failed (the read-ahead thread retries, counting failures as for its own)."""
+        now = time.monotonic()
+        age_max = VIEW_MAX_AGE_S if t.moved else LONG_POLL_MS / 1000
+        left_s = min(deadline - now, age_max - (now - t.since))
+        if left_s <= 0 and now - t.since >= age_max:
+            self._tailing = None
+            t.give_back()
+            return None
+        try:
+            chunk = t.poll(max(0, int(left_s * 1000)), self._stop)
+        except errors.LedgerError as e:
+            log.info("%r: a poll of the tail failed (the read-ahead thread takes it back): %s", self, e)
+            self._tailing = None
+            t.give_back()
+            return None
+        return None if chunk is None else self._decoded(chunk, arrow)
 
     def _decoded(self, item: Chunk | pa.RecordBatch, arrow: bool) -> list[LogRecord] | pa.RecordBatch:
         """An item past the txid floor of ``start_txid`` (txids never decrease: the floor holds
@@ -274,6 +313,9 @@ class StreamReader:
         if self._committer is not None:
             self._committer.close()
         self._stop.set()
+        handed = self._handed
+        if handed is not None:   # the read-ahead thread waits for the tail: it need not
+            handed.give_back()
         while True:  # unblock the read-ahead thread if it waits for room
             try:
                 self._queue.get_nowait()
@@ -289,7 +331,7 @@ class StreamReader:
 
     # ------------------------------------------------------------------ read-ahead thread
 
-    def _put(self, item: Chunk | pa.RecordBatch | BaseException | _End) -> bool:
+    def _put(self, item: Chunk | pa.RecordBatch | Tail | BaseException | _End) -> bool:
         while not self._stop.is_set():
             try:
                 self._queue.put(item, timeout=0.1)
@@ -362,17 +404,18 @@ class StreamReader:
         return self._tail(seg, pos, tb)
 
     def _tail(self, seg: SegmentMeta, pos: DLSN, tb: tuple[int, int, int] | None) -> tuple[DLSN, bool, bool]:
-        """The segment in progress: up to its LAC, then one long poll past it."""
+        """The segment in progress: up to its LAC, then over to the caller until it gives it back."""
         h = self._handle(seg)
         if pos.entry_id <= h.last_add_confirmed:
             return self._deliver(seg, pos, min(h.last_add_confirmed, pos.entry_id + CHUNK_ENTRIES - 1), tb), True, False
-        entries = h.poll_entries(pos.entry_id, pos.entry_id + CHUNK_ENTRIES - 1, LONG_POLL_MS, self._stop)
-        if not entries:
-            self._stale = True        # nothing new yet: read the metadata again (sealed? rolled?) at once
-            return pos, True, False
-        if not self._put(self._chunk(seg, entries, pos, tb)):
+        t = Tail(seg, pos, DLSN(*tb) if tb else DLSN.INITIAL, h, f"stream {self.ns.name}/{self.name}")
+        self._handed = t
+        if not self._put(t):
             return pos, False, False
-        return DLSN(seg.sequence, entries[-1].entry_id + 1, 0), True, False
+        back = t.wait_back(self._stop)
+        self._handed = None
+        self._stale = True            # read the metadata again (sealed? rolled? truncated?) at once
+        return (pos if back is None else back), back is not None, False
 
     def _deliver(self, seg: SegmentMeta, pos: DLSN, last: int, tb: tuple[int, int, int] | None) -> DLSN:
         self._put(self._chunk(seg, self._handle(seg).read(pos.entry_id, last), pos, tb))
