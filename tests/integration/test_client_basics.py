@@ -158,12 +158,17 @@ def test_appends_from_several_threads_at_once_all_land_under_their_ids(sb):
         assert {e.entry_id: e.data for e in r.read(0, total - 1)} == written
 
 
+def _written(writer_client, reader_client, entries: int):
+    """A ledger with ``entries`` entries, and another client's handle on it, opened without recovery."""
+    w = writer_client.create_ledger(3, 3, 2)
+    for i in range(entries):
+        w.append(data(w.ledger_id, i))
+    return w, reader_client.open_ledger(w.ledger_id, b"", recovery=False)
+
+
 def test_reader_lac_lags_by_one_and_explicit_lac_closes_the_gap(sb):
     with client(sb) as writer_client, client(sb) as reader_client:
-        w = writer_client.create_ledger(3, 3, 2)
-        for i in range(10):
-            w.append(data(w.ledger_id, i))
-        r = reader_client.open_ledger(w.ledger_id, b"", recovery=False)
+        w, r = _written(writer_client, reader_client, 10)
         # Entry 9 carries LAC 8: a reader learns about an entry only from the next one.
         assert r.read_last_add_confirmed() == 8
         assert r.try_read_last_add_confirmed() <= 8
@@ -175,10 +180,7 @@ def test_reader_lac_lags_by_one_and_explicit_lac_closes_the_gap(sb):
             r.read_unconfirmed(10, 10)
         assert not r.is_closed
     with client(sb, explicit_lac_interval_ms=100) as writer_client, client(sb) as reader_client:
-        w = writer_client.create_ledger(3, 3, 2)
-        for i in range(10):
-            w.append(data(w.ledger_id, i))
-        r = reader_client.open_ledger(w.ledger_id, b"", recovery=False)
+        w, r = _written(writer_client, reader_client, 10)
         from bookie_helpers import wait_until
 
         wait_until(lambda: r.read_last_add_confirmed() == 9, what="explicit LAC 9 to reach the reader")
@@ -189,10 +191,7 @@ def test_an_announced_lac_wakes_a_long_poll_and_adds_no_entry(sb):
     """What an idle stream writer sends instead of a control record: the LAC on the add
     connections, which another client's long poll and LAC read see at once."""
     with client(sb) as wc, client(sb) as rc:
-        w = wc.create_ledger(3, 3, 2)
-        for i in range(5):
-            w.append(data(w.ledger_id, i))
-        r = rc.open_ledger(w.ledger_id, b"", recovery=False)
+        w, r = _written(wc, rc, 5)
         assert r.read_last_add_confirmed() == 3
         got: list[list[int]] = []
         poll = threading.Thread(target=lambda: got.append([e.entry_id for e in r.poll_entries(4, 9, 20_000)]))

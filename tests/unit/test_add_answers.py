@@ -46,7 +46,7 @@ def test_answers_from_another_thread_arrive_whole_and_in_order_when_the_socket_f
         sender.start()
         sender.join(10)
         assert not sender.is_alive(), "answering blocked on a client that does not read"
-        assert conn._writer is not None, "the socket never filled: the test did not reach the writer's path"
+        assert conn._out._writer is not None, "the socket never filled: the test did not reach the writer's path"
         # the rest is answered while the client drains: no answer may overtake those waiting
         sender = threading.Thread(target=_answer, args=(conn, half, answers))
         sender.start()
@@ -59,9 +59,9 @@ def test_answers_from_another_thread_arrive_whole_and_in_order_when_the_socket_f
         sender.join(10)
         assert got == list(range(answers))
         deadline = time.monotonic() + 5
-        while conn._writer is not None and time.monotonic() < deadline:
+        while conn._out._writer is not None and time.monotonic() < deadline:
             time.sleep(0.01)
-        assert conn._writer is None, "the writer thread outlived what it had to send"
+        assert conn._out._writer is None, "the writer thread outlived what it had to send"
     finally:
         client.close()
         conn.close()
