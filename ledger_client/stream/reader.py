@@ -273,10 +273,9 @@ class StreamReader:
             return None
         try:
             chunk = t.poll(max(0, int(left_s * 1000)), self._stop)
-        except errors.LedgerError as e:
-            log.info("%r: a poll of the tail failed (the read-ahead thread takes it back): %s", self, e)
+        except errors.LedgerError as e:   # the read-ahead thread meets it: retried, or the reader's end
             self._tailing = None
-            t.give_back()
+            t.give_back(e)
             return None
         return None if chunk is None else self._decoded(chunk, arrow)
 
@@ -408,13 +407,15 @@ class StreamReader:
         h = self._handle(seg)
         if pos.entry_id <= h.last_add_confirmed:
             return self._deliver(seg, pos, min(h.last_add_confirmed, pos.entry_id + CHUNK_ENTRIES - 1), tb), True, False
-        t = Tail(seg, pos, DLSN(*tb) if tb else DLSN.INITIAL, h, f"stream {self.ns.name}/{self.name}")
+        t = Tail(seg, pos, DLSN(*tb) if tb else DLSN.INITIAL, h, f"stream {self.ns.name}/{self.name}", CHUNK_ENTRIES)
         self._handed = t
         if not self._put(t):
             return pos, False, False
-        back = t.wait_back(self._stop)
-        self._handed = None
-        self._stale = True            # read the metadata again (sealed? rolled? truncated?) at once
+        try:
+            back = t.wait_back(self._stop)
+        finally:
+            self._handed = None
+            self._stale = True        # read the metadata again (sealed? rolled? truncated?) at once
         return (pos if back is None else back), back is not None, False
 
     def _deliver(self, seg: SegmentMeta, pos: DLSN, last: int, tb: tuple[int, int, int] | None) -> DLSN:
