@@ -3,7 +3,7 @@
 What is sent when is decided by machines/stream_write.py (StreamWriteState): records packed into
 record sets, one ledger entry each, an entry sent at once when nothing is in flight and full ones
 while entries are in flight; segments started and rolled; the LAC announced to the bookies once the
-last entry completes (pb.LedgerAdds.lac: a tailing reader sees an idle writer's last records at
+last entry completes (pb.LedgerAdds.lac_body: a tailing reader sees an idle writer's last records at
 once); txids; records completing in write order, and a failed entry
 failing the writer and every record after it. This module does the I/O around it: appends to the
 segment's ledger, segment transitions through the metadata, the stream's lock, record futures.

@@ -169,7 +169,7 @@ class RequestProcessor:
             if why is not None:
                 raise UnauthorizedError(why)
             check_group_shape(g)
-            if not g.entry_ids:
+            if g.lac_body and not g.entry_ids:
                 return self._announced_lac(g)
             self._check_key(g.ledger_id, g.master_key, answer.records)
             if g.flag != pb.RECOVERY_ADD and self._storage.is_fenced(g.ledger_id):
@@ -400,13 +400,7 @@ class RequestProcessor:
     async def _read_range(self, req: pb.ReadRangeRequest, caller: Caller | None) -> pb.ReadRangeResponse:
         lid, first, last = req.ledger_id, req.first_entry_id, req.last_entry_id
         ids = _listed_ids(lid, req.entry_ids) if req.entry_ids else None  # listed: the range is not used
-        if lid < 0 or (ids is None and (first < 0 or last < first)):
-            raise BadRequestError(f"bad range {lid}/[{first}, {last}]")
-        await self.check_async(caller, lid, CONSUME)
-        if not self._storage.ledger_exists(lid):
-            raise NoLedgerError(f"no ledger {lid} on this bookie")
-        limit = self._cfg.read_range_bytes_max
-        max_bytes = min(req.max_bytes, limit) if req.max_bytes > 0 else limit
+        max_bytes = await self._range_checks(req, caller, listed=ids is not None)
         if ids is not None:
             found, bodies = await self._in_executor(self._storage.get_entries, lid, ids, max_bytes)
             return pb.ReadRangeResponse(status=pb.EOK, ledger_id=lid, first_entry_id=found[0], bodies=bodies,
@@ -418,18 +412,25 @@ class RequestProcessor:
         bodies = await self._in_executor(self._storage.get_range, lid, first, last, max_bytes)
         return pb.ReadRangeResponse(status=pb.EOK, ledger_id=lid, first_entry_id=first, bodies=bodies)
 
-    async def prepare_poll(self, req: pb.ReadRangeRequest, caller: Caller | None) -> tuple[int, float]:
-        """A range long poll's checks before it waits, as read_range makes them: (its max_bytes,
-        its timeout in seconds). BookieError as read_range raises it."""
-        lid, first = req.ledger_id, req.first_entry_id
-        if lid < 0 or first < 0 or req.last_entry_id < first:
-            raise BadRequestError(f"bad range {lid}/[{first}, {req.last_entry_id}]")
+    async def _range_checks(self, req: pb.ReadRangeRequest, caller: Caller | None, listed: bool = False) -> int:
+        """A range read's checks (the ids, the caller's grant, the ledger here); its max_bytes."""
+        lid, first, last = req.ledger_id, req.first_entry_id, req.last_entry_id
+        if lid < 0 or (not listed and (first < 0 or last < first)):
+            raise BadRequestError(f"bad range {lid}/[{first}, {last}]")
         await self.check_async(caller, lid, CONSUME)
         if not self._storage.ledger_exists(lid):
             raise NoLedgerError(f"no ledger {lid} on this bookie")
         limit = self._cfg.read_range_bytes_max
-        timeout_ms = min(max(req.timeout_ms, 0), self._cfg.long_poll_timeout_ms_max)
-        return (min(req.max_bytes, limit) if req.max_bytes > 0 else limit), timeout_ms / 1000
+        return min(req.max_bytes, limit) if req.max_bytes > 0 else limit
+
+    def _poll_timeout_s(self, req: pb.ReadRangeRequest) -> float:
+        return min(max(req.timeout_ms, 0), self._cfg.long_poll_timeout_ms_max) / 1000
+
+    async def prepare_poll(self, req: pb.ReadRangeRequest, caller: Caller | None) -> tuple[int, float]:
+        """A range long poll's checks before it waits, as read_range makes them: (its max_bytes,
+        its timeout in seconds, bounded by long_poll_timeout_ms_max). BookieError as read_range
+        raises it."""
+        return await self._range_checks(req, caller), self._poll_timeout_s(req)
 
     def tail_answer(self, req: pb.ReadRangeRequest, lac: int, max_bytes: int, caller: Caller | None,
                     started: float) -> pb.ReadRangeResponse | None:
@@ -455,8 +456,7 @@ class RequestProcessor:
         """Wait for the LAC to pass previous_lac (bounded by long_poll_timeout_ms_max), then the
         entries from first_entry_id up to it: everything a tailing reader has not seen, at once."""
         lid, first = req.ledger_id, req.first_entry_id
-        timeout_ms = min(max(req.timeout_ms, 0), self._cfg.long_poll_timeout_ms_max)
-        lac = await self.lac.wait_past(lid, req.previous_lac, timeout_ms / 1000.0)
+        lac = await self.lac.wait_past(lid, req.previous_lac, self._poll_timeout_s(req))
         resp = pb.ReadRangeResponse(status=pb.EOK, ledger_id=lid, first_entry_id=first, lac=lac)
         last = min(req.last_entry_id, lac)
         if first <= last:
