@@ -223,8 +223,8 @@ class StreamReader:
         batch; False when none came by ``deadline`` (0: only what is there now) or at the end."""
         while not self._ended:
             if self._tailing is not None:
-                if not deadline:
-                    return False   # no poll for "only what is there now": a round trip each call
+                if not deadline or self._stop.is_set():
+                    return False   # no poll for "only what is there now" (a round trip each), nor once closed
                 got = self._poll_tail(self._tailing, deadline, arrow)
                 if got is not None and len(got):
                     self._batch, self._index = got, 0
