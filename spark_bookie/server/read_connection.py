@@ -26,6 +26,7 @@ from google.protobuf.message import DecodeError
 
 from ledger_client.protocol import bookkeeper_pb2 as pb
 from ledger_client.protocol.tcp_framing import LENGTH, FrameError, next_frame
+from metadata.tenancy import Caller
 from spark_bookie.errors import BookieError
 from spark_bookie.server.auth import ConnectionAccess
 from spark_bookie.server.frame_out import FrameOut
@@ -157,13 +158,13 @@ class ReadConnection(asyncio.Protocol):
         resp = await answer_read_range(self._p, req, caller)
         self._send(resp, req.request_id)
 
-    async def _poll_later(self, req: pb.ReadRangeRequest, caller: object) -> bool:
+    async def _poll_later(self, req: pb.ReadRangeRequest, caller: Caller | None) -> bool:
         """Whether the poll was left waiting for the LAC, with its answer to come from the thread
         that raises it or from its timeout; False: the loop answers it now (a refusal, a bad
         request, the LAC already past, no timeout)."""
         started = time.perf_counter()
         try:
-            max_bytes, timeout_s = await self._p.prepare_poll(req, caller)  # type: ignore[arg-type]
+            max_bytes, timeout_s = await self._p.prepare_poll(req, caller)
         except BookieError:
             return False   # read_range gives the same refusal as the answer
         if timeout_s <= 0:
@@ -186,11 +187,11 @@ class ReadConnection(asyncio.Protocol):
         asyncio.get_running_loop().call_later(timeout_s, expire)
         return True
 
-    def _poll_ready(self, req: pb.ReadRangeRequest, lac: int, max_bytes: int, caller: object,
+    def _poll_ready(self, req: pb.ReadRangeRequest, lac: int, max_bytes: int, caller: Caller | None,
                     started: float) -> None:
         """On the thread that raised the LAC: the answer from what is at hand, else by the loop."""
         try:
-            resp = self._p.tail_answer(req, lac, max_bytes, caller, started)  # type: ignore[arg-type]
+            resp = self._p.tail_answer(req, lac, max_bytes, caller, started)
         except Exception:   # a bug must not break the thread that took the adds: the loop answers
             log.exception("long poll of ledger %d: answering from the LAC's thread failed", req.ledger_id)
             resp = None
