@@ -323,6 +323,10 @@ def test_random_faults_against_writers_and_recoveries(multihost, seed) -> None:
     try:
         for round_no in range(4):
             e, qw, qa = rng.choice(QUORUMS)
+            # A bookie whose ZooKeeper session a cut ended registers again once healed; the next
+            # writer creates its ledger at once and needs them (seed 208202509 started it too soon).
+            wait_until(lambda: len(cluster.store.cluster.list_bookies()) == cluster.bookie_hosts, 60,
+                       "every bookie registered again")
             writer, ledger_id = start_writer(cluster, hosts[6], (e, qw, qa), 20, 5)
             for _ in range(rng.randint(2, 5)):
                 did = random_fault(rng, cluster, list(hosts))
