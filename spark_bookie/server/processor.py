@@ -438,16 +438,12 @@ class RequestProcessor:
         a grant decision already cached; None when either is missing (the event loop answers it
         then, as _range_long_poll does). Runs on the thread that raised the LAC: never blocks.
         ``started``: when the poll arrived (perf_counter), for the read metrics."""
-        lid, first = req.ledger_id, req.first_entry_id
+        lid = req.ledger_id
         if caller is not None and self.gate is not None and self.gate.cached_refusal(caller, lid, CONSUME) is not None:
             return None   # not cached, or refused (the loop's check names why, fenced ledgers included)
-        resp = pb.ReadRangeResponse(status=pb.EOK, ledger_id=lid, first_entry_id=first, lac=lac)
-        last = min(req.last_entry_id, lac)
-        if first <= last:
-            bodies = self._storage.get_cached_range(lid, first, last, max_bytes)
-            if bodies is None:
-                return None
-            resp.bodies.extend(bodies)
+        resp = self._cached_poll_answer(req, lac, max_bytes)
+        if resp is None:
+            return None
         if self._metrics is not None:
             self._metrics.read_done(started, len(resp.bodies), sum(map(len, resp.bodies)), True)
         return resp
@@ -457,13 +453,23 @@ class RequestProcessor:
         entries from first_entry_id up to it: everything a tailing reader has not seen, at once."""
         lid, first = req.ledger_id, req.first_entry_id
         lac = await self.lac.wait_past(lid, req.previous_lac, self._poll_timeout_s(req))
+        resp = self._cached_poll_answer(req, lac, max_bytes)   # a tail's entries: without the executor's hop
+        if resp is None:
+            bodies = await self._in_executor(self._storage.get_range, lid, first, min(req.last_entry_id, lac),
+                                             max_bytes)
+            resp = pb.ReadRangeResponse(status=pb.EOK, ledger_id=lid, first_entry_id=first, lac=lac, bodies=bodies)
+        return resp
+
+    def _cached_poll_answer(self, req: pb.ReadRangeRequest, lac: int, max_bytes: int) -> pb.ReadRangeResponse | None:
+        """A long poll's answer once the LAC is ``lac``: its entries first_entry_id..min(last, lac)
+        from the write cache (None when they are not all there)."""
+        lid, first = req.ledger_id, req.first_entry_id
         resp = pb.ReadRangeResponse(status=pb.EOK, ledger_id=lid, first_entry_id=first, lac=lac)
         last = min(req.last_entry_id, lac)
         if first <= last:
-            # A tail's entries are in the write cache: answered here, without the executor's hop.
             bodies = self._storage.get_cached_range(lid, first, last, max_bytes)
             if bodies is None:
-                bodies = await self._in_executor(self._storage.get_range, lid, first, last, max_bytes)
+                return None
             resp.bodies.extend(bodies)
         return resp
 

@@ -83,12 +83,7 @@ class ReadConnection(asyncio.Protocol):
 
     def _drained(self) -> None:
         """The FrameOut's writer sent what waited (its thread): read requests again, on the loop."""
-        loop = self._loop
-        if loop is not None:
-            try:
-                loop.call_soon_threadsafe(self._update_reading)
-            except RuntimeError:  # the loop is closed: the bookie is stopping
-                pass
+        self._call_on_loop(self._update_reading)
 
     def _full(self) -> bool:
         return len(self._tasks) + self._polls >= READS_PER_CONNECTION_MAX
