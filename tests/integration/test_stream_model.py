@@ -50,6 +50,7 @@ def test_stream_against_a_model(cluster_factory):
             self.ended = False
             self.crashed = False
             self.txid = 0
+            self.acked_writes = 0              # rule draws may depend only on what rules did
 
         def _writer(self):
             self.crashed = False
@@ -87,6 +88,7 @@ def test_stream_against_a_model(cluster_factory):
             for fut, txid, payload in recs:
                 self.model.append(LogRecord(fut.result(30), txid, payload))
             self.txid = max(self.txid, base + n)
+            self.acked_writes += 1
 
         @precondition(lambda self: self.writer is not None)
         @rule()
@@ -108,7 +110,10 @@ def test_stream_against_a_model(cluster_factory):
             self.wc = client(sb)
             self.writer = None
 
-        @precondition(lambda self: self.model and not self.ended)
+        # Not `self.model`: whether a crashed writer's records survived is up to timing, and a
+        # precondition that changes between replays makes hypothesis's draws differ (it raises
+        # FlakyStrategyDefinition).
+        @precondition(lambda self: self.acked_writes and not self.ended)
         @rule(i=st.integers(0, 10**6))
         def truncate(self, i: int) -> None:
             d = self.model[i % len(self.model)].dlsn
