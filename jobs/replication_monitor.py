@@ -6,9 +6,10 @@ Each pass, per source stream the globs match:
 - ``lag_records``: the backlog of the replicator's subscription on the source (exact, from segment
   metadata: ledger_client/stream/subscriptions.py); the source's records in all before the
   replicator's first batch commits it.
-- ``lag_seconds``: how long the oldest record not yet replicated has been there, as the monitor
-  saw it: the time of the first pass that found the source's end past the replicated position
-  (so at most one pass late, and counted from the replicator's start for a backlog found there).
+- ``lag_seconds``: how long the oldest record not yet replicated may have been there: the time since
+  the last pass that found the source's end at or before the replicated position (so at most one
+  pass more than the truth, never less; counted from the replicator's start for a backlog found
+  there).
 - truncation: once the replica holds a copy of the source's first kept record (or everything), it
   is truncated the same way (ledger_client/stream/replica.carry_truncation).
 - end of stream: once the source ended and the replica holds all of it, the replica ends.
@@ -87,22 +88,35 @@ def matching_streams(cfg: ReplicationConfig, source: LedgerClient) -> list[tuple
 
 
 class LagClock:
-    """``lag_seconds`` per stream: when each source end was first seen, against what is replicated."""
+    """``lag_seconds`` per stream: an upper bound on the age of the oldest record not yet replicated.
+
+    Each pass notes the source's end. A record past what is replicated was written after the last
+    pass that found the end at or before the replicated position, so its age is at most the time
+    since that pass: one monitor interval over the true age at most, never under it (an alert on
+    the gauge does not miss a lag). With no such pass (a backlog found at start) it counts from the
+    first pass that found the end."""
 
     def __init__(self) -> None:
-        self._seen: dict[str, list[tuple[float, DLSN]]] = {}
+        self._seen: dict[str, list[list[Any]]] = {}   # per stream: [first seen, last seen, end], oldest first
 
     def lag(self, key: str, now: float, source_last: DLSN | None, lag_records: int,
             through: DLSN | None) -> float:
         seen = self._seen.setdefault(key, [])
-        if source_last is not None and (not seen or seen[-1][1] != source_last):
-            seen.append((now, source_last))
+        if source_last is not None:
+            if seen and seen[-1][2] == source_last:
+                seen[-1][1] = now
+            else:
+                seen.append([now, now, source_last])
         if lag_records == 0:
             seen[:] = seen[-1:]
             return 0.0
-        behind = [t for t, last in seen if through is None or last > through]
-        del seen[:max(0, len(seen) - len(behind) - 1)]   # ends already replicated: the newest of them stays
-        return round(now - behind[0], 3) if behind else 0.0
+        copied = [i for i, (_f, _l, end) in enumerate(seen) if through is not None and end <= through]
+        if copied:
+            del seen[:copied[-1]]   # older ends than the newest one copied tell nothing more
+        if not seen or (through is not None and seen[-1][2] <= through):
+            return 0.0
+        since = seen[0][1] if copied else seen[0][0]
+        return round(now - since, 3)
 
 
 class Monitor:

@@ -74,14 +74,19 @@ def test_a_source_truncation_cuts_the_replica_at_a_segment_or_inside_the_one_tha
     assert replica_cut(own, (2, 5, 0)) == ((1, 0, 0), None)       # never past a segment that is not a copy
 
 
-def test_lag_clock_counts_from_when_the_oldest_record_not_replicated_was_first_seen():
+def test_lag_clock_is_an_upper_bound_from_the_last_pass_that_found_everything_copied():
     clock = LagClock()
-    assert clock.lag("s", 100.0, DLSN(1, 5, 0), 6, None) == 0.0
-    assert clock.lag("s", 101.0, DLSN(1, 9, 0), 10, DLSN(1, 2, 0)) == 1.0    # (1,5,0) seen at 100, not copied
-    assert clock.lag("s", 103.5, DLSN(1, 9, 0), 4, DLSN(1, 5, 0)) == 2.5     # (1,9,0) seen at 101
+    assert clock.lag("s", 100.0, DLSN(1, 5, 0), 6, None) == 0.0              # a backlog found at start
+    assert clock.lag("s", 101.0, DLSN(1, 9, 0), 10, DLSN(1, 2, 0)) == 1.0    # counted from the start
+    # (1,5,0) is copied: what is not was written after the last pass that saw the end there (100).
+    assert clock.lag("s", 103.5, DLSN(1, 9, 0), 4, DLSN(1, 5, 0)) == 3.5
     assert clock.lag("s", 104.0, DLSN(1, 9, 0), 0, DLSN(1, 9, 0)) == 0.0
-    assert clock.lag("s", 110.0, DLSN(2, 0, 0), 1, DLSN(1, 9, 0)) == 0.0     # seen just now
-    assert clock.lag("s", 112.0, DLSN(2, 0, 0), 1, DLSN(1, 9, 0)) == 2.0
+    assert clock.lag("s", 105.0, DLSN(1, 9, 0), 0, DLSN(1, 9, 0)) == 0.0
+    assert clock.lag("s", 106.0, DLSN(2, 0, 0), 1, DLSN(1, 9, 0)) == 1.0     # written after the pass at 105
+    assert clock.lag("s", 107.0, DLSN(2, 3, 0), 4, DLSN(1, 9, 0)) == 2.0
+    assert clock.lag("s", 108.0, DLSN(2, 5, 0), 2, DLSN(2, 0, 0)) == 2.0     # (2,0,0) copied: seen last at 106
+    # The subscription may trail the replica: records not consumed yet, but all copied.
+    assert clock.lag("s", 109.0, DLSN(2, 5, 0), 5, DLSN(2, 5, 0)) == 0.0
 
 
 def test_configuration_is_validated_and_bound_to_its_checkpoint(tmp_path):
