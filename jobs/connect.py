@@ -76,9 +76,11 @@ def task_client(zk: str, client_conf: str | None) -> Iterator[LedgerClient]:
         raise
     now = time.monotonic()
     with _shared_lock:
+        replaced = _shared.pop(key, None)   # a second client of the cluster, used meanwhile: one stays
         _shared[key] = (client, now)
         doomed = [k for k, (_c, used) in _shared.items() if now - used > SHARED_IDLE_S]
         doomed += list(_shared)[:max(0, len(_shared) - SHARED_CLIENTS_MAX)]
         closing = [_shared.pop(k)[0] for k in dict.fromkeys(doomed) if k in _shared]
+        closing += [replaced[0]] if replaced is not None else []
     for c in closing:
         c.close()

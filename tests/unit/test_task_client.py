@@ -39,6 +39,8 @@ def test_tasks_reuse_one_client_per_cluster_and_a_failed_task_drops_it():
         assert c2 is c1
         with jc.task_client("a", None) as other:   # a second user at the same time gets its own
             assert other is not c1
+        assert not other.closed                      # kept, until c2 comes back: one stays, one closes
+    assert [c.closed for c in (c2, other)] == [False, True]
     with pytest.raises(RuntimeError), jc.task_client("a", None) as c3:
         raise RuntimeError("the task failed")
     assert c3.closed
