@@ -56,6 +56,8 @@ class LedgerDataSource(DataSource):
             if self.stream_opts.subscription is not None:
                 raise IncorrectParameterError("option subscription is for spark.readStream: a batch read commits "
                                               "no position")
+            if self.stream_opts.rows != "records":
+                raise IncorrectParameterError("option rows=spans is for spark.readStream (the replicator's copies)")
 
             refused = pushdown_refused()
             return (StreamBatchReader if refused else StreamPushdownReader)(self.stream_opts, schema)

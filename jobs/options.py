@@ -240,6 +240,16 @@ def _starting(raw: str) -> tuple[str, tuple[tuple[str, DLSN], ...]]:
     return "json", tuple(sorted((str(k), DLSN.parse(v)) for k, v in obj.items()))
 
 
+SPAN_ROWS_DDL = "stream STRING, span STRING"   # a rows=spans source's columns (jobs/stream_copy.py)
+
+
+def _rows(raw: str | None) -> str:
+    rows = (raw or "records").strip().lower()
+    if rows not in ("records", "spans"):
+        raise IncorrectParameterError(f"option rows must be records or spans, not {raw!r}")
+    return rows
+
+
 def _subscription(raw: str | None) -> str | None:
     if raw is None:
         return None
@@ -265,6 +275,7 @@ class StreamSourceOptions:
     max_records_per_trigger: int = 0                       # streaming: 0 = no limit
     client_conf: str | None = None                         # client TOML (TLS, token, zk_auth), on every executor
     subscription: str | None = None                        # streaming: committed with each batch (stream_subscription)
+    rows: str = "records"                                  # streaming: records, or spans (jobs/stream_copy.py)
 
     @staticmethod
     def parse(options: Mapping[str, str], env: Mapping[str, str] | None = None) -> StreamSourceOptions:
@@ -281,12 +292,14 @@ class StreamSourceOptions:
             starting_offsets=starting, starting_dlsns=dlsns,
             max_records_per_trigger=int_option(options, "max_records_per_trigger", 0, 0),
             client_conf=client_conf_path(options.get("client_conf"), env),
-            subscription=_subscription(options.get("subscription")))
+            subscription=_subscription(options.get("subscription")), rows=_rows(options.get("rows")))
 
     def payload_ddl(self) -> str:
         return payload_ddl(self.decode, self.json_schema)
 
     def schema_ddl(self) -> str:
+        if self.rows == "spans":
+            return SPAN_ROWS_DDL
         return (f"stream STRING, segment BIGINT, entry_id BIGINT, slot INT, txid BIGINT, "
                 f"payload {self.payload_ddl()}")
 
@@ -368,6 +381,7 @@ class FanoutOptions:
     has_txid: bool
     payload_is_string: bool
     copies_positions: bool
+    copies_spans: bool = False               # rows are spans of source_zk's streams (jobs/stream_copy.py)
     lock_timeout_ms: int = 30_000
     orphan_grace_ms: int = 3_600_000
     orphan_sweep_every_batches: int = 100
@@ -381,8 +395,12 @@ class FanoutOptions:
         env = os.environ if env is None else env
         o = {k: str(v) for k, v in lowered(options).items()}
         zk = zk_option(o, env, f"the ledger sink needs option zk (or ${ZK_ENV})")
-        has_txid, is_string = sink_columns(schema)
         fields = {f.name.lower(): f for f in schema.fields}
+        spans = "span" in fields and "payload" not in fields
+        if spans and not isinstance(fields["span"].dataType, StringType):
+            raise IncorrectParameterError(f"the span column (of a source with rows=spans) must be a string, "
+                                          f"not {fields['span'].dataType.simpleString()}")
+        has_txid, is_string = (True, False) if spans else sink_columns(schema)
         if not isinstance(fields["stream"].dataType, StringType):
             raise IncorrectParameterError("the stream column must be a string (NAMESPACE/STREAM), "
                                           f"not {fields['stream'].dataType.simpleString()}")
@@ -394,7 +412,9 @@ class FanoutOptions:
             raise IncorrectParameterError(f"columns {have} must be integers")
         source_zk = (o.get("source_zk") or "").strip() or None
         source_conf = client_conf_path(o.get("source_client_conf"), {}) if source_zk else None
-        return FanoutOptions(zk, has_txid, is_string, bool(have),
+        if spans and source_zk is None:
+            raise IncorrectParameterError("rows of spans are copied from option source_zk's cluster: set it")
+        return FanoutOptions(zk, has_txid, is_string, bool(have) or spans, copies_spans=spans,
                              lock_timeout_ms=int_option(o, "lock_timeout_ms", 30_000, 0),
                              orphan_grace_ms=int_option(o, "orphan_grace_ms", 3_600_000, 0),
                              orphan_sweep_every_batches=int_option(o, "orphan_sweep_every_batches", 100, 1),

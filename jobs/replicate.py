@@ -4,12 +4,14 @@
 
 The query reads cluster A's streams with the ``ledger`` source (records by DLSN, new streams that
 match the glob picked up at each trigger) and writes them with the per-row ``ledger`` sink into
-the streams of the same names on B (jobs/stream_fanout.py): each micro-batch linked once per
-stream (the query id and batch id recorded with the link), and each linked segment carrying the
-source positions it copies, so a replica is always a prefix of its source, whatever restarts,
-replays and failures happen. Spark's checkpoint (``DIR/spark``) is where a restart resumes; a
-replicator given a new checkpoint resumes each stream where its replica ends
-(ledger_client/stream/replica.replicated_through), and linking would refuse a copy twice anyway.
+the streams of the same names on B (jobs/stream_fanout.py). The source plans each batch as spans
+and the sink's tasks read and write the records themselves (jobs/stream_copy.py), so no record
+crosses Spark's JVM. Each micro-batch is linked once per stream (the query id and batch id
+recorded with the link), and each linked segment carries the source positions it copies, so a
+replica is always a prefix of its source, whatever restarts, replays and failures happen. Spark's
+checkpoint (``DIR/spark``) is where a restart resumes; a replicator given a new checkpoint resumes
+each stream where its replica ends (ledger_client/stream/replica.replicated_through), and linking
+would refuse a copy twice anyway.
 
 The source moves a subscription per stream (``replicate-<id>``) with each batch: the lag in records
 is that subscription's backlog, and a namespace with ``retain_until_consumed`` keeps what the
@@ -73,12 +75,12 @@ def start_query(spark: Any, cfg: ReplicationConfig, starting: dict[str, str]) ->
     reader = (spark.readStream.format("ledger").option("zk", cfg.from_zk).option("streams", cfg.streams)
               .option("subscription", cfg.subscription)
               .option("max_records_per_trigger", str(cfg.max_records_per_trigger))
-              .option("min_partitions", str(cfg.min_partitions)))
+              .option("min_partitions", str(cfg.min_partitions)).option("rows", "spans"))
     if starting:
         reader = reader.option("startingOffsets", json.dumps(starting))
     if cfg.from_client_conf:
         reader = reader.option("client_conf", cfg.from_client_conf)
-    rows = reader.load().select("stream", "segment", "entry_id", "slot", "txid", "payload")
+    rows = reader.load()   # one row per span: the sink's tasks copy the records (jobs/stream_copy.py)
     writer = (rows.writeStream.format("ledger").option("zk", cfg.to_zk).option("source_zk", cfg.from_zk)
               .option("checkpointLocation", str(cfg.dir / SPARK_DIR)).queryName("replicate")
               .trigger(processingTime=f"{cfg.trigger_interval_ms} milliseconds"))

@@ -98,21 +98,38 @@ def write_task(opts: FanoutOptions, batch: SparkBatch | None, batches: Iterator[
     with task_client(opts.zk, opts.client_conf) as client:
         spaces = _Namespaces(client, opts)
         writers: dict[str, TaskLedgerWriter] = {}
+
+        def writer(key: str) -> TaskLedgerWriter:
+            w = writers.get(key)
+            if w is None:
+                ns, stream = split_key(key)
+                w = writers[key] = TaskLedgerWriter(spaces.get(ns), stream, batch, partition,
+                                                    relative_txids=not opts.has_txid)
+            return w
+
         try:
-            for rb in batches:
-                for key, rows in _by_stream(rb):
-                    w = writers.get(key)
-                    if w is None:
-                        ns, stream = split_key(key)
-                        w = writers[key] = TaskLedgerWriter(spaces.get(ns), stream, batch, partition,
-                                                            relative_txids=not opts.has_txid)
-                    _add(w, rows, opts)
+            for key, rows in _task_rows(opts, batches):
+                _add(writer(key), rows, opts)
             done = tuple((key, t) for key, w in sorted(writers.items()) if (t := w.finish()) is not None)
             return FanoutMessage(done, batch)
         except BaseException:
             for w in writers.values():
                 w.discard()
             raise
+
+
+def _task_rows(opts: FanoutOptions, batches: Iterator[pa.RecordBatch]) -> Iterator[tuple[str, pa.RecordBatch]]:
+    """The task's records per stream, in order: its rows, or the records of its span rows read from
+    the source cluster (jobs/stream_copy.py)."""
+    if not opts.copies_spans:
+        for rb in batches:
+            yield from _by_stream(rb)
+        return
+    from jobs.stream_copy import copied_records
+
+    with task_client(opts.source_zk, opts.source_client_conf) as source:   # type: ignore[arg-type]
+        for rb in batches:
+            yield from copied_records(source, rb)
 
 
 def _by_stream(rb: pa.RecordBatch) -> Iterator[tuple[str, pa.RecordBatch]]:

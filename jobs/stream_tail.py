@@ -12,8 +12,10 @@ remove some, and then no reader returns them.
 
 ``startingOffsets``: ``earliest`` (default), ``latest`` (each stream's end when the query
 starts; streams created later from their start), or a JSON object of DLSNs per stream.
-``max_records_per_trigger`` caps a microbatch (records counted from sealed segments' metadata,
-cut at an entry boundary: jobs/stream_planning.cap_end). ``subscription``: each committed
+``rows``: ``records`` (default), or ``spans``: one row per planned span, for a sink that copies it
+itself (jobs/stream_copy.py; the replicator). ``max_records_per_trigger`` caps a microbatch
+(records counted from sealed segments' metadata, cut at an entry boundary:
+jobs/stream_planning.cap_end). ``subscription``: each committed
 microbatch moves that subscription of the streams it read (jobs/stream_subscription.py).
 """
 
@@ -148,4 +150,8 @@ class StreamTailReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         spans = partition.spans if isinstance(partition, StreamPartition) else ()
+        if self.opts.rows == "spans":
+            from .stream_copy import span_rows
+
+            return iter([span_rows(list(spans))] if spans else [])
         return read_stream_spans(self.opts, spans, self.schema)

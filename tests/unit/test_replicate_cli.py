@@ -66,3 +66,36 @@ def test_a_metrics_port_in_use_is_a_clear_error_before_any_query(tmp_path):
         cfg = ReplicationConfig("a:1/x", "b:1/x", "p/*", str(tmp_path), metrics_port=taken.getsockname()[1])
         with pytest.raises(IncorrectParameterError, match="--metrics-port"):
             Monitor(cfg, None, None, None).serve()
+
+
+def test_span_rows_round_trip_and_refuse_anything_else():
+    from jobs.ledger_planning import IdRange
+    from jobs.options import StreamSourceOptions
+    from jobs.stream_copy import span_from_json, span_rows, span_to_json
+    from jobs.stream_planning import StreamSpan
+
+    spans = [StreamSpan("a/x", 3, 17, 0, 40, (3, 0, 2), (3, 40, 1), None, b"\x00pw", IdRange(lo=-(1 << 63)), 100),
+             StreamSpan("a/x", 4, None, 0, 9, (4, 0, 0), None, ("/t/tier", 7), b"", IdRange(lo=-(1 << 63)), 0)]
+    rb = span_rows(spans)
+    assert rb.column(0).to_pylist() == ["a/x", "a/x"]
+    assert [span_from_json(t) for t in rb.column(1).to_pylist()] == spans
+    o = StreamSourceOptions.parse({"zk": "z", "streams": "a/*", "rows": "Spans"}, env={})
+    assert o.rows == "spans" and o.schema_ddl() == "stream STRING, span STRING"
+    with pytest.raises(IncorrectParameterError, match="rows must be"):
+        StreamSourceOptions.parse({"zk": "z", "streams": "a/*", "rows": "entries"}, env={})
+    good = span_to_json(spans[0])
+    for bad in ("not json", "{}", "[1]", good.replace('"first":0', '"first":"0"'),
+                good.replace('"last":40', '"last":-1'), good.replace('"lo":[3,0,2]', '"lo":[3,0]'),
+                good.replace('"password":"AHB3"', '"password":"%%"'), None):
+        with pytest.raises(IncorrectParameterError, match="span"):
+            span_from_json(bad)
+
+
+def test_a_sink_of_spans_needs_the_source_cluster():
+    spans = schema(("stream", StringType()), ("span", StringType()))
+    opts = FanoutOptions.parse({"zk": "z", "source_zk": "y"}, spans)
+    assert opts.copies_spans and opts.copies_positions and opts.has_txid
+    with pytest.raises(IncorrectParameterError, match="source_zk"):
+        FanoutOptions.parse({"zk": "z"}, spans)
+    with pytest.raises(IncorrectParameterError, match="span column"):
+        FanoutOptions.parse({"zk": "z", "source_zk": "y"}, schema(("stream", StringType()), ("span", BinaryType())))
