@@ -43,7 +43,7 @@ class ReplicationConfig:
     subscription: str = ""                        # set from the checkpoint when empty
     master: str = "local[2]"
     trigger_interval_ms: int = 500
-    max_records_per_trigger: int = 200_000
+    max_records_per_trigger: int = 1_000_000        # records are copied by span, never held in memory
     min_partitions: int = 2                       # tasks per micro-batch at least (the cores of local[2])
     monitor_interval_ms: int = 1_000
     metrics_port: int = 9_250                     # 0: any free port (printed); -1: no /metrics

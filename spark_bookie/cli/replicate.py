@@ -41,7 +41,7 @@ def add_replicate_parser(p: argparse.ArgumentParser) -> None:
                    help="the target cluster's client config (a role with produce on the target namespaces)")
     p.add_argument("--master", default="local[2]", help="Spark master (default local[2])")
     p.add_argument("--trigger-interval-ms", type=int, default=500, help="a micro-batch at most this often")
-    p.add_argument("--max-records-per-trigger", type=int, default=200_000)
+    p.add_argument("--max-records-per-trigger", type=int, default=1_000_000)
     p.add_argument("--metrics-port", type=int, default=9_250,
                    help="serve /metrics (replication_lag_records, replication_lag_seconds) here; 0: any free "
                         "port (printed), -1: none")
