@@ -212,7 +212,8 @@ class Monitor:
         try:
             p = self.query.lastProgress
             recent = [{"batch": r.get("batchId"), "rows": r.get("numInputRows"),
-                       "trigger_ms": (r.get("durationMs") or {}).get("triggerExecution")}
+                       "trigger_ms": (r.get("durationMs") or {}).get("triggerExecution"),
+                       "duration_ms": r.get("durationMs")}
                       for r in self.query.recentProgress[-RECENT_BATCHES:]]
             return {"id": str(self.query.id), "batch": p.get("batchId") if p else None,
                     "input_rows_per_second": p.get("inputRowsPerSecond") if p else None,
