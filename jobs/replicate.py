@@ -43,7 +43,8 @@ log = logging.getLogger(__name__)
 
 def resume_offsets(cfg: ReplicationConfig, source: LedgerClient, target: LedgerClient) -> dict[str, str]:
     """A new checkpoint's starting offsets: each source stream whose replica already holds copies
-    resumes just after the last one (the rest start at their beginning)."""
+    of it resumes just after the last one (the rest start at their beginning; a replica of a source
+    stream deleted and created again since then is refused by linking, with what to do)."""
     from jobs.replication_monitor import matching_streams
     from ledger_client import errors
     from ledger_client.stream.replica import replicated_through
@@ -51,8 +52,9 @@ def resume_offsets(cfg: ReplicationConfig, source: LedgerClient, target: LedgerC
     out: dict[str, str] = {}
     for ns, name in matching_streams(cfg, source):
         try:
-            through = replicated_through(target.namespace(ns), name)
-        except errors.NoSuchNamespaceError:
+            ctime = source.namespace(ns).view(name).meta.ctime_ms
+            through = replicated_through(target.namespace(ns), name, ctime)
+        except (errors.NoSuchNamespaceError, errors.NoSuchStreamError):
             continue
         if through is not None:
             out[f"{ns}/{name}"] = f"{through.segment}/{through.entry_id}/{through.slot + 1}"
@@ -116,6 +118,16 @@ def permanent(error: BaseException) -> bool:
     return any(m.group(1) in PERMANENT_ERRORS for m in _RAISED.finditer(str(error)))
 
 
+def error_line(error: BaseException) -> str:
+    """The query's error on one line: the last error a Python traceback inside Spark's raised
+    ("IncorrectParameterError: stream pay/x: cannot link: ..."), else the error's first line."""
+    text = str(error).strip()
+    raised = [line.strip() for line in text.splitlines() if _RAISED.match(line.strip())]
+    if raised:
+        return re.sub(r"^(?:[\w.]+\.)?(\w+Error: )", r"\1", raised[-1])
+    return text.splitlines()[0] if text else type(error).__name__
+
+
 def run(cfg: ReplicationConfig, ready: Any = None) -> int:
     """Run the replication until SIGTERM/SIGINT, or until the query fails for a reason a restart
     cannot cure (then that error is raised). ``ready(port)`` is called once the query and the
@@ -168,8 +180,8 @@ def _supervise(spark: Any, cfg: ReplicationConfig, monitor: Any, stopping: threa
         if permanent(error):
             raise error
         monitor.restarts.inc()
-        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        log.warning("the replication query stopped (%s): restarting on its checkpoint in %.0f s", first, delay)
+        log.warning("the replication query stopped (%s): restarting on its checkpoint in %.0f s", error_line(error),
+                    delay)
         if stopping.wait(delay):
             return
         delay = min(RESTART_DELAY_S[1], delay * 2)

@@ -47,7 +47,8 @@ def span_to_json(span: StreamSpan) -> str:
         "last": span.last, "lo": list(span.lo), "hi": None if span.hi is None else list(span.hi),
         "tier": None if span.tier is None else list(span.tier),
         "password": base64.b64encode(span.password).decode("ascii"),
-        "txid": [span.txid.lo, span.txid.hi], "first_txid": span.first_txid}, separators=(",", ":"))
+        "txid": [span.txid.lo, span.txid.hi], "first_txid": span.first_txid,
+        "stream_ctime_ms": span.stream_ctime_ms}, separators=(",", ":"))
 
 
 def span_from_json(text: Any) -> StreamSpan:
@@ -62,7 +63,8 @@ def span_from_json(text: Any) -> StreamSpan:
             hi=None if hi is None else _position(hi),
             tier=None if tier is None else (str(tier[0]), _int(tier[1])),
             password=base64.b64decode(d["password"], validate=True),
-            txid=IdRange(_int(d["txid"][0]), _int(d["txid"][1])), first_txid=_int(d["first_txid"]))
+            txid=IdRange(_int(d["txid"][0]), _int(d["txid"][1])), first_txid=_int(d["first_txid"]),
+            stream_ctime_ms=_int(d["stream_ctime_ms"]))
     except (TypeError, ValueError, KeyError, IndexError) as e:
         raise IncorrectParameterError(f"column span holds no span of a ledger source with rows=spans: "
                                       f"{str(text)[:80]!r} ({e})") from e
@@ -91,9 +93,9 @@ def span_rows(spans: list[StreamSpan]) -> pa.RecordBatch:
                                       schema=SPAN_ROWS_SCHEMA)
 
 
-def copied_records(source: LedgerClient, rows: pa.RecordBatch) -> Iterator[tuple[str, pa.RecordBatch]]:
-    """Each span row's records read from the source, as (stream, rows with the source's columns),
-    in the rows' order (jobs/stream_source.read_span)."""
+def copied_records(source: LedgerClient, rows: pa.RecordBatch) -> Iterator[tuple[str, pa.RecordBatch, int]]:
+    """Each span row's records read from the source, as (stream, rows with the source's columns,
+    the source stream's ctime_ms), in the rows' order (jobs/stream_source.read_span)."""
     from .stream_source import read_span
 
     names = {n.lower(): i for i, n in enumerate(rows.schema.names)}
@@ -107,4 +109,4 @@ def copied_records(source: LedgerClient, rows: pa.RecordBatch) -> Iterator[tuple
         for table in read_span(source, span):
             for batch in table.to_batches():
                 if batch.num_rows:
-                    yield key, batch
+                    yield key, batch, span.stream_ctime_ms

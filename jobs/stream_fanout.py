@@ -108,8 +108,8 @@ def write_task(opts: FanoutOptions, batch: SparkBatch | None, batches: Iterator[
             return w
 
         try:
-            for key, rows in _task_rows(opts, batches):
-                _add(writer(key), rows, opts)
+            for key, rows, source_ctime in _task_rows(opts, batches):
+                _add(writer(key), rows, opts, source_ctime)
             done = tuple((key, t) for key, w in sorted(writers.items()) if (t := w.finish()) is not None)
             return FanoutMessage(done, batch)
         except BaseException:
@@ -118,12 +118,14 @@ def write_task(opts: FanoutOptions, batch: SparkBatch | None, batches: Iterator[
             raise
 
 
-def _task_rows(opts: FanoutOptions, batches: Iterator[pa.RecordBatch]) -> Iterator[tuple[str, pa.RecordBatch]]:
+def _task_rows(opts: FanoutOptions,
+               batches: Iterator[pa.RecordBatch]) -> Iterator[tuple[str, pa.RecordBatch, int | None]]:
     """The task's records per stream, in order: its rows, or the records of its span rows read from
-    the source cluster (jobs/stream_copy.py)."""
+    the source cluster (jobs/stream_copy.py), with the source stream's ctime_ms when known."""
     if not opts.copies_spans:
         for rb in batches:
-            yield from _by_stream(rb)
+            for key, rows in _by_stream(rb):
+                yield key, rows, None
         return
     from jobs.stream_copy import copied_records
 
@@ -145,13 +147,13 @@ def _by_stream(rb: pa.RecordBatch) -> Iterator[tuple[str, pa.RecordBatch]]:
         yield key, rb.filter(pc.equal(col, key))
 
 
-def _add(w: TaskLedgerWriter, rows: pa.RecordBatch, opts: FanoutOptions) -> None:
+def _add(w: TaskLedgerWriter, rows: pa.RecordBatch, opts: FanoutOptions, source_ctime: int | None = None) -> None:
     if opts.copies_positions and len(rows):
         names = {n.lower(): i for i, n in enumerate(rows.schema.names)}
         seg, entry, slot = (rows.column(names[c]) for c in ("segment", "entry_id", "slot"))
         last = len(rows) - 1
         w.copying((seg[0].as_py(), entry[0].as_py(), slot[0].as_py()),
-                  (seg[last].as_py(), entry[last].as_py(), slot[last].as_py()))
+                  (seg[last].as_py(), entry[last].as_py(), slot[last].as_py()), source_ctime or None)
     w.add_arrow(*arrow_columns(rows, opts.has_txid))
 
 

@@ -14,7 +14,7 @@ with the same entry range, so both kinds plan, cut and filter alike.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from pyspark.sql.datasource import EqualTo, Filter, In
@@ -87,6 +87,7 @@ class SegmentExtent:
     records: int | None            # None while in progress
     tier: tuple[str, int] | None = None    # (Delta table, version) of a tiered segment
     password: bytes = b""
+    stream_ctime_ms: int = 0               # which stream of this name (one deleted and created again differs)
 
 
 @dataclass(frozen=True)
@@ -105,6 +106,7 @@ class StreamSpan:
     password: bytes = b""
     txid: IdRange = field(default_factory=lambda: IdRange(lo=TXID_MIN))
     first_txid: int = 0            # the segment's (record sets may store txids relative to it)
+    stream_ctime_ms: int = 0       # the stream's (SegmentExtent.stream_ctime_ms)
 
     @property
     def entries(self) -> int:
@@ -137,7 +139,7 @@ def plan_stream_spans(extents: Iterable[SegmentExtent], ranges: Mapping[str, tup
         got = entry_range(x, lo, hi)
         if got is not None:
             wanted.append(StreamSpan(x.stream, x.sequence, x.ledger_id, got[0], got[1], lo, hi, x.tier,
-                                     x.password, pushdown.txid, x.first_txid))
+                                     x.password, pushdown.txid, x.first_txid, x.stream_ctime_ms))
     total = sum(s.entries for s in wanted)
     size = max(1, min(entries_per_partition, -(-total // max(1, min_partitions))))
     parts: list[tuple[StreamSpan, ...]] = []
@@ -168,18 +170,31 @@ def stream_end(extents: Sequence[SegmentExtent], next_sequence: int) -> DLSN:
 # ---------------------------------------------------------------- streaming offsets
 
 
-def offsets_to_json(positions: Mapping[str, Position]) -> dict[str, str]:
-    """Offsets as Spark stores them: {"ns/name": "segment/entry/slot"}, the next record to read."""
-    return {k: str(DLSN(*v)) for k, v in sorted(positions.items())}
+def offsets_to_json(positions: Mapping[str, Position], ctimes: Mapping[str, int] | None = None) -> dict[str, str]:
+    """Offsets as Spark stores them: {"ns/name": "segment/entry/slot"}, the next record to read,
+    with "@<ctime_ms>" of the stream when ``ctimes`` knows it: a stream deleted and created again
+    under its name starts its positions again, and its reader must know it is another stream."""
+    ctimes = ctimes or {}
+    return {k: str(DLSN(*v)) + (f"@{ctimes[k]}" if ctimes.get(k) else "") for k, v in sorted(positions.items())}
 
 
-def offsets_from_json(offset: Mapping[str, object] | None) -> dict[str, DLSN]:
-    out: dict[str, DLSN] = {}
+def _offset_parts(offset: Mapping[str, object] | None) -> Iterator[tuple[str, DLSN, int | None]]:
     for k, v in (offset or {}).items():
         if not isinstance(v, str) or "/" not in str(k):
             raise IncorrectParameterError(f"bad stream offset {k!r}: {v!r} (want 'ns/name': 'seg/entry/slot')")
-        out[str(k)] = DLSN.parse(v)
-    return out
+        pos, _, ctime = v.partition("@")
+        if ctime and not ctime.isdigit():
+            raise IncorrectParameterError(f"bad stream offset {k!r}: {v!r} (want 'seg/entry/slot@ctime_ms')")
+        yield str(k), DLSN.parse(pos), int(ctime) if ctime else None
+
+
+def offsets_from_json(offset: Mapping[str, object] | None) -> dict[str, DLSN]:
+    return {k: pos for k, pos, _c in _offset_parts(offset)}
+
+
+def offset_ctimes(offset: Mapping[str, object] | None) -> dict[str, int]:
+    """The ctime_ms of each stream an offset names it with (offsets written before it: none)."""
+    return {k: c for k, _p, c in _offset_parts(offset) if c is not None}
 
 
 def cap_end(extents: Sequence[SegmentExtent], lo: Position, hi: Position, budget: int) -> tuple[DLSN, int]:

@@ -96,7 +96,7 @@ def stream_extents(ns: Namespace, name: str, view: StreamView, read_lac: bool = 
     from metadata.streams import SegmentState
 
     stream = f"{ns.name}/{name}"
-    pw = ns.settings.ledger_password
+    pw, ctime = ns.settings.ledger_password, view.meta.ctime_ms
     out: list[SegmentExtent] = []
     for s in view.ordered():
         if s.state is SegmentState.TIERED:
@@ -104,14 +104,14 @@ def stream_extents(ns: Namespace, name: str, view: StreamView, read_lac: bool = 
             if tier is None:
                 raise ValueError(f"segment {s.sequence} of {stream} is tiered but names no table")
             out.append(SegmentExtent(stream, s.sequence, None, s.last_entry_id, s.first_txid, s.last_txid,
-                                     s.record_count, tier, pw))
+                                     s.record_count, tier, pw, ctime))
         elif s.is_sealed:
             out.append(SegmentExtent(stream, s.sequence, s.ledger_id, s.last_entry_id, s.first_txid, s.last_txid,
-                                     s.record_count, None, pw))
+                                     s.record_count, None, pw, ctime))
         elif s.ledger_id is not None:
             lac = ns.client.open_ledger(s.ledger_id, pw, recovery=False).read_last_add_confirmed() if read_lac \
                 else (1 << 62)
-            out.append(SegmentExtent(stream, s.sequence, s.ledger_id, lac, s.first_txid, None, None, None, pw))
+            out.append(SegmentExtent(stream, s.sequence, s.ledger_id, lac, s.first_txid, None, None, None, pw, ctime))
     return out
 
 

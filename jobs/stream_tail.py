@@ -37,6 +37,7 @@ from .stream_planning import (
     SegmentExtent,
     StreamPushdown,
     cap_end,
+    offset_ctimes,
     offsets_from_json,
     offsets_to_json,
     plan_stream_spans,
@@ -64,9 +65,11 @@ class StreamTailReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._client: LedgerClient | None = None
         self._target: dict[str, DLSN] | None = None   # Trigger.AvailableNow: stop here
         self._committed: dict[str, DLSN] = {}          # option subscription: the ends committed last
+        self._ctimes: dict[str, int] = {}              # each stream's ctime_ms, as last found
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"opts": self.opts, "schema": self.schema, "_client": None, "_target": None, "_committed": {}}
+        return {"opts": self.opts, "schema": self.schema, "_client": None, "_target": None, "_committed": {},
+                "_ctimes": {}}
 
     def _connected(self) -> LedgerClient:
         if self._client is None:
@@ -75,7 +78,23 @@ class StreamTailReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _found(self) -> Found:
         client = self._connected()
-        return gather(client, resolve_streams(client, self.opts, strict=False))
+        found = gather(client, resolve_streams(client, self.opts, strict=False))
+        self._ctimes.update({k: v.meta.ctime_ms for k, (v, _xs) in found.items()})
+        return found
+
+    @staticmethod
+    def _ctimes_of(found: Found, offset: dict[str, str]) -> dict[str, int]:
+        """Each stream's ctime_ms: as found now, else as the offset had it (a stream gone since)."""
+        return {**offset_ctimes(offset), **{k: v.meta.ctime_ms for k, (v, _xs) in found.items()}}
+
+    def _same_streams(self, have: dict[str, DLSN], start: dict[str, str], found: Found) -> dict[str, DLSN]:
+        """``have`` without the streams deleted and created again since ``start`` was written: the new
+        one is read from its start (its positions begin again; the old one's mean nothing there)."""
+        was = offset_ctimes(start)
+        again = [k for k in have if k in was and k in found and found[k][0].meta.ctime_ms != was[k]]
+        for k in again:
+            log.warning("stream %s was deleted and created again: it is read from its start", k)
+        return {k: v for k, v in have.items() if k not in again}
 
     @staticmethod
     def _ends(found: Found) -> dict[str, DLSN]:
@@ -83,7 +102,8 @@ class StreamTailReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def initialOffset(self) -> dict[str, str]:
         if self.opts.starting_offsets == "latest":
-            return offsets_to_json(self._ends(self._found()))
+            found = self._found()
+            return offsets_to_json(self._ends(found), self._ctimes_of(found, {}))
         if self.opts.starting_offsets == "json":
             return offsets_to_json(dict(self.opts.starting_dlsns))
         return {}
@@ -98,9 +118,9 @@ class StreamTailReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         all, streams in name order. ``start`` is where the previous batch ended, and Spark asks
         only once that batch's output is committed: the subscription moves there (Spark's own
         commit(end) of a batch comes only when the next batch with data starts)."""
-        have = offsets_from_json(start)
-        self._commit_subscription(have)
         found = self._found()
+        have = self._same_streams(offsets_from_json(start), start, found)
+        self._commit_subscription(have, offset_ctimes(start))
         ends = self._ends(found)
         if self._target is not None:
             ends = {k: min(e, self._target[k]) for k, e in ends.items() if k in self._target}
@@ -115,18 +135,22 @@ class StreamTailReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 budget -= used
             if k in have or end > DLSN(*start_of(view)):
                 out[k] = max(have.get(k, end), end)
-        return offsets_to_json(out)
+        return offsets_to_json(out, self._ctimes_of(found, start))
 
     def prepareForTriggerAvailableNow(self) -> None:
         self._target = self._ends(self._found())
 
     def partitions(self, start: dict[str, str], end: dict[str, str]) -> Sequence[InputPartition]:
         lo, hi = offsets_from_json(start), offsets_from_json(end)
+        lo_ctime, hi_ctime = offset_ctimes(start), offset_ctimes(end)
         names = [tuple(k.split("/", 1)) for k in sorted(hi)]
         found = gather(self._connected(), names, read_lac=False)  # type: ignore[arg-type]
         ranges: dict[str, tuple[tuple[int, int, int], tuple[int, int, int] | None]] = {}
         for k, (view, _xs) in found.items():
-            first = max(lo.get(k, DLSN.INITIAL), DLSN(*start_of(view)))
+            if hi_ctime.get(k, view.meta.ctime_ms) != view.meta.ctime_ms:
+                continue   # the stream the batch read was deleted since: none of its records remain
+            again = k in lo_ctime and k in hi_ctime and lo_ctime[k] != hi_ctime[k]
+            first = max(DLSN.INITIAL if again else lo.get(k, DLSN.INITIAL), DLSN(*start_of(view)))
             if first < hi[k]:
                 ranges[k] = (first, hi[k])
         extents = [x for k, (_v, xs) in found.items() if k in ranges for x in xs]
@@ -137,9 +161,11 @@ class StreamTailReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def commit(self, end: dict[str, str]) -> None:
         """The batch's output is committed: with option subscription, the subscription of each
         stream moves to where the batch ended (the checkpoint, not it, is where a restart begins)."""
-        self._commit_subscription(offsets_from_json(end))
+        self._commit_subscription(offsets_from_json(end), offset_ctimes(end))
 
-    def _commit_subscription(self, ends: dict[str, DLSN]) -> None:
+    def _commit_subscription(self, ends: dict[str, DLSN], ctimes: dict[str, int]) -> None:
+        """Positions of a stream since created again (ctime_ms not the one last found) are left out."""
+        ends = {k: e for k, e in ends.items() if ctimes.get(k, self._ctimes.get(k)) == self._ctimes.get(k)}
         if self.opts.subscription is not None and ends:
             commit_subscription(self._connected(), self.opts.subscription, ends, self._committed)
 

@@ -69,10 +69,14 @@ def replica_namespace(target: LedgerClient, source: LedgerClient | None, name: s
         return target.namespace(name)
 
 
-def replicated_through(target: Namespace, stream: str) -> DLSN | None:
-    """The last source position the replica holds (None: no replica, or nothing copied yet)."""
+def replicated_through(target: Namespace, stream: str, source_ctime_ms: int | None = None) -> DLSN | None:
+    """The last source position the replica holds (None: no replica, or nothing copied yet, or
+    copies of another source stream than the one created at ``source_ctime_ms``, when given: a
+    stream deleted and created again under its name starts its positions again)."""
     view = target.view_if_any(stream)
-    through = linking.replicated_through(view) if view is not None else None
+    if view is None or (source_ctime_ms and view.meta.source_ctime_ms not in (None, source_ctime_ms)):
+        return None
+    through = linking.replicated_through(view)
     return DLSN(*through) if through is not None else None
 
 

@@ -86,14 +86,21 @@ class TaskLedgerWriter:
         self._in_flight: deque[Future[int]] = deque()
         self._last_slot = -1
         self._source: tuple[Position, Position] | None = None   # a replica's: first and last source position
+        self._source_ctime: int | None = None                      # a replica's: its source stream's ctime_ms
 
-    def copying(self, first: Position, last: Position) -> None:
+    def copying(self, first: Position, last: Position, source_ctime_ms: int | None = None) -> None:
         """The records added so far and next copy a source stream's records ``first``..``last``
-        (a replicator's task: jobs/stream_fanout.py); linking keeps the range with the segment."""
+        (a replicator's task: jobs/stream_fanout.py); linking keeps the range with the segment.
+        ``source_ctime_ms``, when known, says which source stream of that name (linking refuses
+        copies of one created again)."""
         if self._source is not None and first <= self._source[1]:
             raise errors.IncorrectParameterError(f"source positions {first} follow {self._source[1]}: a replica "
                                                  "copies its source in order")
+        if source_ctime_ms is not None and self._source_ctime not in (None, source_ctime_ms):
+            raise errors.IncorrectParameterError(f"copies of source streams created at {self._source_ctime} and "
+                                                 f"{source_ctime_ms} ms in one task ledger")
         self._source = (self._source[0] if self._source else first, last)
+        self._source_ctime = source_ctime_ms if source_ctime_ms is not None else self._source_ctime
 
     def add(self, payload: bytes, txid: int | None = None) -> None:
         if len(payload) > self._record_max:
@@ -225,7 +232,8 @@ class TaskLedgerWriter:
         self._in_flight.clear()
         h.close()
         return linking.TaskLedger(self.partition, h.ledger_id, self._records, h.last_add_confirmed,
-                                  self._last_slot, h.length, self._first_txid, self._last_txid, self._source)
+                                  self._last_slot, h.length, self._first_txid, self._last_txid, self._source,
+                                  self._source_ctime)
 
     def discard(self) -> None:
         """The task failed: its ledger goes (best effort; orphan collection catches the rest)."""

@@ -75,6 +75,7 @@ class TaskLedger:
     first_txid: int | None = None
     last_txid: int | None = None
     source: tuple[Position, Position] | None = None   # a replica's: the source positions it copies
+    source_ctime_ms: int | None = None   # a replica's: the ctime_ms of the source stream it copies
 
     def check(self) -> None:
         where = f"task ledger {self.ledger_id} (partition {self.partition})"
@@ -104,6 +105,7 @@ def link_batch(view: StreamView, batch: SparkBatch, tasks: Sequence[TaskLedger],
         raise InvalidMetadataError("the stream has ended")
     if view.in_progress is not None:
         raise InvalidMetadataError(f"segment {view.in_progress.sequence} is in progress: recover it before linking")
+    source_ctime = _source_ctime(view, tasks)
     ordered = _new_copies(view, _checked(view, tasks))
     seq, last_txid = meta.next_sequence, meta.max_txid
     created: list[SegmentMeta] = []
@@ -121,8 +123,26 @@ def link_batch(view: StreamView, batch: SparkBatch, tasks: Sequence[TaskLedger],
                                    source=t.source))
         seq, last_txid = seq + 1, last
     new_meta = replace(meta, next_sequence=seq, max_txid=last_txid,
-                       spark_batches=_recorded(meta.spark_batches, batch))
+                       spark_batches=_recorded(meta.spark_batches, batch),
+                       source_ctime_ms=meta.source_ctime_ms if source_ctime is None else source_ctime)
     return Change(new_meta, create=tuple(created))
+
+
+def _source_ctime(view: StreamView, tasks: Sequence[TaskLedger]) -> int | None:
+    """The source stream the tasks copy (its ctime_ms; None: not said), refused when the replica
+    copies another: a source stream deleted and created again under its name starts its positions
+    again, and its copies would pass for the old one's continuation or be left out as held."""
+    said = {t.source_ctime_ms for t in tasks if t.source_ctime_ms is not None}
+    if len(said) > 1:
+        raise InvalidMetadataError(f"one batch copies source streams created at {sorted(said)}: a stream's tasks "
+                                   "copy one source stream")
+    ctime = next(iter(said), None)
+    held = view.meta.source_ctime_ms
+    if ctime is not None and held is not None and ctime != held:
+        raise InvalidMetadataError(
+            f"its source stream was created again (at {ctime} ms; the replica copies the one created at {held} "
+            "ms): delete the replica stream to copy the new source stream into a new one")
+    return ctime
 
 
 def _checked(view: StreamView, tasks: Sequence[TaskLedger]) -> list[TaskLedger]:

@@ -105,6 +105,9 @@ class StreamMeta:
     # progress's as its writer last published it. None: last written before this was kept.
     sealed_bytes: int | None = None
     open_bytes: int = 0
+    # A replica's (§4.12): the ctime_ms of the source stream its copies come from. A source stream
+    # deleted and created again under its name is another stream; linking refuses its copies here.
+    source_ctime_ms: int | None = None
 
 
 # ---------------------------------------------------------------------- encoding
@@ -158,6 +161,8 @@ def _source_range(raw: Any) -> tuple[Position, Position]:
 def encode_stream(m: StreamMeta) -> bytes:
     d = asdict(m)
     d["truncated_before"] = list(m.truncated_before) if m.truncated_before else None
+    if m.source_ctime_ms is None:
+        del d["source_ctime_ms"]   # not written unless set: clients that predate it read the rest
     return _dumps(d)
 
 

@@ -1,8 +1,9 @@
 """`spark-bookie replicate` between two clusters of real bookies (DESIGN §4.12, invariant 13): the
 replicator runs as a process of its own (a Spark query in local mode), is killed with SIGKILL in
 the middle of a stream and restarted on its checkpoint, meets a new stream, a truncation, an end
-of stream and a bookie of each cluster killed with SIGKILL; B ends with exactly A's records (order, txids,
-payloads), and the lag shows on /metrics and in `replicate status`."""
+of stream, a bookie of each cluster killed with SIGKILL and a source stream deleted and created
+again; B ends with exactly A's records (order, txids, payloads), and the lag shows on /metrics and
+in `replicate status`."""
 
 from __future__ import annotations
 
@@ -103,6 +104,22 @@ def test_replicate_survives_kill9_new_streams_truncation_end_and_lost_bookies(zk
             assert records(pay_b, "orders") == records(pay, "orders")
             orders.w.close()
             chargebacks.w.close()
+
+            # A source stream deleted and created again under its name, with fewer records than the
+            # old one: its positions start again. Its replica holds the old one's copies, so the
+            # replicator stops and says what to do; with the replica deleted, it copies the new one
+            # whole (before, records below the old position were left out without a word).
+            pay.delete_stream("chargebacks")
+            again = Feeder(pay, "chargebacks", seed + 3)
+            again.write(120)
+            assert rep.proc is not None and rep.proc.wait(120) == 1, rep.tail()
+            said = [line for line in rep.tail(10).splitlines() if line.startswith("spark-bookie: error:")]
+            assert said and "created again" in said[-1] and "delete the replica" in said[-1], rep.tail()
+            pay_b.delete_stream("chargebacks")
+            rep.start()
+            assert wait_replicated(pay, pay_b, "chargebacks", 120, rep) == records(pay, "chargebacks")
+            assert len(records(pay_b, "chargebacks")) == 120
+            again.w.close()
     finally:
         rep.stop()
         a.stop()

@@ -60,6 +60,40 @@ def test_linking_copies_keeps_ranges_skips_what_it_holds_and_refuses_a_partial_o
         link_batch(view, SparkBatch.query("q3", 0), [task(0, 31, ((2, 0, 0), (2, 9, 0)))], 8)
 
 
+def test_a_replica_copies_one_source_stream_and_refuses_one_created_again_under_its_name():
+    from metadata.streams.model import decode_stream, encode_stream
+
+    view = StreamView(StreamMeta(), 0)
+    first = replace(task(0, 11, ((1, 0, 0), (1, 9, 0))), source_ctime_ms=1000)
+    view = applied(view, link_batch(view, BATCH, [first], 5))
+    assert view.meta.source_ctime_ms == 1000
+    assert decode_stream(encode_stream(view.meta)) == view.meta
+    assert "source_ctime_ms" not in json.loads(encode_stream(StreamMeta()))   # older clients read the rest
+    same = replace(task(0, 12, ((1, 10, 0), (1, 19, 0))), source_ctime_ms=1000)
+    view = applied(view, link_batch(view, SparkBatch.query("q1", 1), [same], 6))
+    # the source stream deleted and created again: its positions start again below what the replica holds
+    other = replace(task(0, 13, ((1, 0, 0), (1, 4, 0))), source_ctime_ms=2000)
+    with pytest.raises(InvalidMetadataError, match="created again"):
+        link_batch(view, SparkBatch.query("q1", 2), [other], 7)
+    with pytest.raises(InvalidMetadataError, match="one source stream"):
+        link_batch(StreamView(StreamMeta(), 0), BATCH, [first, replace(other, partition=1)], 7)
+    # copies that do not say (rows without spans) keep what the replica holds
+    assert link_batch(view, SparkBatch.query("q1", 3), [task(0, 14, ((1, 20, 0), (1, 21, 0)))],
+                      8).meta.source_ctime_ms == 1000
+
+
+def test_stream_offsets_carry_the_streams_ctime_and_read_those_without():
+    from jobs.stream_planning import offset_ctimes, offsets_from_json, offsets_to_json
+
+    js = offsets_to_json({"a/x": (2, 3, 4), "a/y": (1, 0, 0)}, {"a/x": 1795758751027})
+    assert js == {"a/x": "2/3/4@1795758751027", "a/y": "1/0/0"}
+    assert offsets_from_json(js) == {"a/x": DLSN(2, 3, 4), "a/y": DLSN(1, 0, 0)}
+    assert offset_ctimes(js) == {"a/x": 1795758751027}
+    for bad in ({"a/x": "2/3/4@soon"}, {"a/x": "2/3@5"}, {"ax": "1/0/0"}):
+        with pytest.raises(IncorrectParameterError):
+            offsets_from_json(bad)
+
+
 def test_a_source_truncation_cuts_the_replica_at_a_segment_or_inside_the_one_that_straddles_it():
     view = StreamView(StreamMeta(), 0)
     view = applied(view, link_batch(view, BATCH, [task(0, 11, ((1, 0, 0), (1, 9, 0))),
