@@ -81,8 +81,9 @@ def _run(args: argparse.Namespace) -> int:
     except errors.LedgerError:
         raise
     except Exception as e:   # the query failed (a StreamingQueryException), or Spark could not start
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        print(f"spark-bookie: error: replicate: the query stopped: {first}", file=sys.stderr)
+        from jobs.replicate import error_line
+
+        print(f"spark-bookie: error: replicate: the query stopped: {error_line(e)}", file=sys.stderr)
         return 1
 
 
