@@ -37,8 +37,12 @@ def read_tiered_arrow(table: str, version: int, stream: str, segment: int, first
                       last_entry: int | None = None) -> pa.Table:
     """Rows of ``stream``'s ``segment`` (entries first_entry..last_entry) in the table at ``version``,
     in DLSN order, in table_schema()'s plain types (delta-rs returns view types: Spark wants plain)."""
-    filters: list[tuple[str, str, object]] = [("stream", "=", stream), ("segment", "=", segment),
-                                              ("entry_id", ">=", first_entry)]
+    import pyarrow.compute as pc
+
+    # Integer filters only in the scan: a string comparison inside it cost 2-9x the scan itself
+    # (0.13-0.57 s against 0.05 s for 640,000 rows); the stream is then kept by one vectorized
+    # comparison over what the scan returned (~0.01 s).
+    filters: list[tuple[str, str, object]] = [("segment", "=", segment), ("entry_id", ">=", first_entry)]
     if last_entry is not None:
         filters.append(("entry_id", "<=", last_entry))
     try:
@@ -49,7 +53,21 @@ def read_tiered_arrow(table: str, version: int, stream: str, segment: int, first
         raise errors.ReadError(f"segment {segment} of {stream}: cannot read its Delta table {table} "
                                f"at version {version}: {e}") from e
     rows = rows.select(list(COLUMNS)).cast(table_schema())
-    return rows.sort_by([("entry_id", "ascending"), ("slot", "ascending")])
+    rows = rows.filter(pc.equal(rows.column("stream"), stream))
+    return rows if _in_dlsn_order(rows) else rows.sort_by([("entry_id", "ascending"), ("slot", "ascending")])
+
+
+def _in_dlsn_order(rows: pa.Table) -> bool:
+    """Whether the rows come in (entry, slot) order already, as tiering writes them: then the sort,
+    which moves every payload (up to 0.15 s for 640,000 rows), is not needed."""
+    import numpy as np
+
+    if rows.num_rows < 2:
+        return True
+    entry = rows.column("entry_id").to_numpy()
+    slot = rows.column("slot").to_numpy().astype(np.int64)
+    de, ds = np.diff(entry), np.diff(slot)
+    return bool(np.all((de > 0) | ((de == 0) & (ds > 0))))
 
 
 def tiered_row_count(table: str, version: int, stream: str, segment: int) -> int:
