@@ -59,6 +59,9 @@ log = logging.getLogger(__name__)
 APP_ID_PREFIX = "spark-bookie/stream/"
 TXN_VERSION = 1
 STEPS = ("written", "committed", "marked", "deleted")
+# Row groups carry min/max statistics of entry_id: a reader of a few entries (a stream reader's
+# tiered step) decodes only the groups that hold them, not a whole segment's one group.
+ROW_GROUP_ROWS = 65_536
 TABLE_SCHEMA = table_schema()
 
 
@@ -164,7 +167,7 @@ def write_segment_files(client: LedgerClient, table_path: str, t: SegmentTask, e
         nonlocal pending, size
         rows = pa.concat_tables(pending)
         rel = f"stream-part-{uuid.uuid4().hex}.parquet"
-        pq.write_table(rows, str(Path(table_path) / rel), compression="zstd")
+        pq.write_table(rows, str(Path(table_path) / rel), compression="zstd", row_group_size=ROW_GROUP_ROWS)
         st = os.stat(Path(table_path) / rel)
         files.append(TierFile(rel, st.st_size, int(st.st_mtime * 1000), _stats(rows), rows.num_rows, t.app_id))
         pending, size = [], 0
