@@ -11,6 +11,9 @@ reader's (it holds until the first record that passes it).
 
 from __future__ import annotations
 
+import gc
+from collections.abc import Iterator
+from contextlib import contextmanager
 from functools import partial
 from itertools import repeat
 from typing import TYPE_CHECKING
@@ -25,6 +28,24 @@ if TYPE_CHECKING:
 
 _NEW_DLSN = partial(tuple.__new__, DLSN)
 _NEW_RECORD = partial(tuple.__new__, LogRecord)
+
+
+@contextmanager
+def gc_paused() -> Iterator[None]:
+    """Python's cyclic collector off while a batch of records is built. Each record is two new
+    tuples the collector tracks, so building 100,000 of them set off collections that walked every
+    live object again and again: a catch-up read_batch took 1.30 us of CPU per record with the
+    collector on and 0.59-0.66 with it paused (730,000 -> 1,500,000 records/s). Records hold no
+    cycles; nothing is left for the collector. A collector that is already off (the caller's
+    choice) is left off; one this pause turned off is turned on again, whatever happens."""
+    if not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
 BINARY_BYTES_MAX = (1 << 31) - 1   # int32 offsets of Arrow's `binary`
 
 
@@ -56,6 +77,10 @@ class Chunk:
         return s.slot
 
     def records(self) -> list[LogRecord]:
+        with gc_paused():
+            return self._records()
+
+    def _records(self) -> list[LogRecord]:
         out: list[LogRecord] = []
         seq = self.sequence
         for entry_id, data in self.entries:
@@ -140,5 +165,7 @@ def arrow_to_records(rb: pa.RecordBatch) -> list[LogRecord]:
     """The other way (a tiered segment's rows, or a caller that switches from ``read_arrow_batch``
     to ``read_batch``): records built as ``Chunk.records`` builds them, without a Python call each."""
     segments, entries, slots, txids = (rb.column(i).to_numpy(zero_copy_only=False).tolist() for i in range(4))
-    dlsns = map(_NEW_DLSN, zip(segments, entries, slots, strict=True))
-    return list(map(_NEW_RECORD, zip(dlsns, txids, rb.column(4).to_pylist(), strict=True)))
+    payloads = rb.column(4).to_pylist()
+    with gc_paused():
+        dlsns = map(_NEW_DLSN, zip(segments, entries, slots, strict=True))
+        return list(map(_NEW_RECORD, zip(dlsns, txids, payloads, strict=True)))

@@ -120,3 +120,26 @@ def test_truncation_and_retention_delete_only_whole_older_segments():
     big = tr.retention(v, now_ms=0, retention_ms=None, retention_bytes=150)
     assert big is not None and [s for s, _ in big.delete] == [1, 2]   # never the newest segment
     assert tr.retention(_view(segs[0], next_sequence=2), 10**9, 1, 1) is None
+
+
+def test_records_are_built_with_the_collector_paused_and_it_comes_back_as_it_was():
+    import gc
+
+    from ledger_client.stream.chunks import Chunk, arrow_to_records, gc_paused, records_to_arrow
+
+    data = records.encode([100, 101, 102], [b"p0", b"p1", b"p2"], 0)
+    chunk = Chunk(2, 100, [(0, data)], DLSN(2, 0, 1), "test")
+    got = chunk.records()
+    assert [(r.dlsn, r.txid, r.payload) for r in got] == [(DLSN(2, 0, 1), 101, b"p1"), (DLSN(2, 0, 2), 102, b"p2")]
+    assert arrow_to_records(records_to_arrow(got)) == got and gc.isenabled()
+    with pytest.raises(RuntimeError), gc_paused():
+        assert not gc.isenabled()
+        raise RuntimeError("a failure while building")
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with gc_paused():
+            pass
+        assert not gc.isenabled()   # the caller's choice stands
+    finally:
+        gc.enable()
