@@ -136,7 +136,7 @@ def bench_spark_stream(args: argparse.Namespace) -> int:
     spark = None
     progress = StepProgress("bench spark-stream", ("spark", "writes", "reads", "tiering", "tiered reads"))
     try:
-        with Sandbox(root / "cluster", 3, bookie_settings={"gc_interval_ms": 3_600_000}) as sb, \
+        with Sandbox(root / "cluster", 3) as sb, \
                 LedgerClient(sb.connect_string) as client:
             ns = client.create_namespace("bench", ensemble_size=3, write_quorum_size=3, ack_quorum_size=2)
             spark = _spark()
