@@ -126,10 +126,14 @@ def entry_range(x: SegmentExtent, lo: Position, hi: Position | None) -> tuple[in
 
 def plan_stream_spans(extents: Iterable[SegmentExtent], ranges: Mapping[str, tuple[Position, Position | None]],
                       pushdown: StreamPushdown, entries_per_partition: int,
-                      min_partitions: int = 1) -> list[tuple[StreamSpan, ...]]:
+                      min_partitions: int = 1, split_min_records: int = 0) -> list[tuple[StreamSpan, ...]]:
     """Partitions (tuples of spans of at most entries_per_partition entries in all), in DLSN order
-    per stream. Segments of streams not in ``ranges`` are not read."""
+    per stream. Segments of streams not in ``ranges`` are not read. A plan of fewer than
+    ``split_min_records`` records (sealed segments counted from their metadata, a segment in progress
+    as one record per entry) is not cut up to reach ``min_partitions``: for a sink that makes a
+    segment of each task's share (the replicator), a small batch then adds one segment per stream."""
     wanted: list[StreamSpan] = []
+    records = 0
     for x in sorted(extents, key=lambda x: (x.stream, x.sequence)):
         if x.stream not in ranges or not pushdown.admits_stream(x.stream):
             continue
@@ -140,8 +144,11 @@ def plan_stream_spans(extents: Iterable[SegmentExtent], ranges: Mapping[str, tup
         if got is not None:
             wanted.append(StreamSpan(x.stream, x.sequence, x.ledger_id, got[0], got[1], lo, hi, x.tier,
                                      x.password, pushdown.txid, x.first_txid, x.stream_ctime_ms))
+            span_entries = got[1] - got[0] + 1
+            records += span_entries if x.records is None else -(-x.records * span_entries // (x.last_entry_id + 1))
     total = sum(s.entries for s in wanted)
-    size = max(1, min(entries_per_partition, -(-total // max(1, min_partitions))))
+    parts_min = min_partitions if records >= split_min_records else 1
+    size = max(1, min(entries_per_partition, -(-total // max(1, parts_min))))
     parts: list[tuple[StreamSpan, ...]] = []
     current: list[StreamSpan] = []
     filled = 0

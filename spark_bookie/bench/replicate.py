@@ -425,7 +425,8 @@ def steady_state(clients: tuple[Any, Any], zk_b: str, rep: ReplicatorProcess, sa
     return {"rate": rate, "seconds": seconds, "written": n, "write_failures": failed, "read_on_b": len(lat),
             "new_stream_s": new_stream_s, "p50_ms": pct(lat, 50), "p99_ms": pct(lat, 99),
             "max_ms": max(lat) * 1000 if lat else float("nan"), "host_steal_share": steal_share(host0, host1),
-            "batches": rep.recent_batches()}
+            "batches": rep.recent_batches(),
+            "segments_on_b": len(clients[1].namespace(NAMESPACE).stream_info(STEADY).segments)}
 
 
 # ---------------------------------------------------------------- the run
@@ -524,7 +525,7 @@ def _rows(res: dict[str, Any]) -> list[tuple[str, str, str]]:
          f"{rp['from_process_start_s']:.1f} s (start-up {rp['startup_s']:.1f} s)"),
         ("steady lag A -> B at {:,.0f}/s, {:.0f} s".format(st["rate"], st["seconds"]),
          f"p50 {st['p50_ms'] / 1000:.2f} s  p99 {st['p99_ms'] / 1000:.2f} s  max {st['max_ms'] / 1000:.2f} s",
-         f"{st['read_on_b']:,} of {st['written']:,} records read on B"),
+         f"{st['read_on_b']:,} of {st['written']:,} records read on B; {st.get('segments_on_b', '-')} segments on B"),
         ("replicator /metrics replication_lag_seconds, max in steady state",
          "-" if lag_max is None else f"{lag_max:.2f} s", f"{res['metrics']['scrapes']} scrapes"),
     ]

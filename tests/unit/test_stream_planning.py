@@ -82,6 +82,21 @@ def test_planning_covers_exactly_the_range_and_respects_the_size():
     assert {s.sequence for p in late for s in p if s.stream == "a/s"} == {4}    # 1 and 2 end at txid 9
 
 
+def test_a_small_plan_is_not_cut_up_to_reach_min_partitions_when_asked():
+    sealed = [ext("a/s", 1, 99, records=1_000)]             # 10 records per entry
+    ranges = {"a/s": ((1, 0, 0), None)}
+    assert len(plan_stream_spans(sealed, ranges, StreamPushdown(), 1_000, 2)) == 2
+    assert len(plan_stream_spans(sealed, ranges, StreamPushdown(), 1_000, 2, split_min_records=1_001)) == 1
+    assert len(plan_stream_spans(sealed, ranges, StreamPushdown(), 1_000, 2, split_min_records=1_000)) == 2
+    # half the entries: half the records, counted from the metadata
+    half = {"a/s": ((1, 50, 0), None)}
+    assert len(plan_stream_spans(sealed, half, StreamPushdown(), 1_000, 2, split_min_records=501)) == 1
+    # a segment in progress counts a record per entry; entries_per_partition still cuts
+    live = [ext("a/s", 1, 99, records=None)]
+    assert len(plan_stream_spans(live, ranges, StreamPushdown(), 1_000, 2, split_min_records=101)) == 1
+    assert len(plan_stream_spans(live, ranges, StreamPushdown(), 40, 2, split_min_records=10**6)) == 3
+
+
 def test_stream_end_offsets_and_caps():
     xs = [ext("a/s", 1, 9, records=20), ext("a/s", 3, 4, records=None)]
     assert stream_end(xs, 4) == DLSN(3, 5, 0) and stream_end(xs[:1], 2) == DLSN(2, 0, 0)
