@@ -33,8 +33,7 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
 
-from jobs.connect import TASK_TIMEOUTS, task_client
-from jobs.connect import connect as connect_cluster
+from jobs.connect import task_client
 from jobs.options import SinkOptions
 from ledger_client.errors import IncorrectParameterError
 from metadata.streams.linking import SparkBatch, TaskLedger
@@ -55,10 +54,6 @@ class SinkMessage(WriterCommitMessage):
 
     task: TaskLedger | None
     batch: SparkBatch
-
-
-def connect(opts: SinkOptions) -> LedgerClient:
-    return connect_cluster(opts.zk, opts.client_conf, **TASK_TIMEOUTS)
 
 
 # ---------------------------------------------------------------- executors
@@ -122,7 +117,7 @@ def commit_batch(opts: SinkOptions, batch: SparkBatch, messages: Sequence[Writer
     if foreign:
         raise IncorrectParameterError(f"commit of {batch} got messages of other batches: {foreign[:3]}")
     tasks = [m.task for m in msgs if m.task is not None]
-    with connect(opts) as client:
+    with task_client(opts.zk, opts.client_conf) as client:
         return link_stream(client, client.namespace(opts.namespace), opts.stream, batch, tasks, opts, sweep)
 
 
@@ -151,7 +146,7 @@ def abort_batch(opts: SinkOptions, messages: Sequence[WriterCommitMessage | None
     lids = [m.task.ledger_id for m in messages if isinstance(m, SinkMessage) and m.task is not None]
     if not lids:
         return
-    with connect(opts) as client:
+    with task_client(opts.zk, opts.client_conf) as client:
         delete_unlinked(client, client.namespace(opts.namespace), opts.stream, lids)
 
 
@@ -242,7 +237,7 @@ def _checked_build(options: Mapping[str, str], schema: StructType, overwrite: bo
     if overwrite:
         raise IncorrectParameterError("a stream is append-only: use mode('append'), not overwrite")
     opts = SinkOptions.parse(options, schema)
-    with connect(opts) as client:
+    with task_client(opts.zk, opts.client_conf) as client:
         client.namespace(opts.namespace).require("produce")   # NoSuchNamespaceError, UnauthorizedAccessError now
     return opts
 
