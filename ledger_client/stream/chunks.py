@@ -46,6 +46,8 @@ def gc_paused() -> Iterator[None]:
         yield
     finally:
         gc.enable()
+
+
 BINARY_BYTES_MAX = (1 << 31) - 1   # int32 offsets of Arrow's `binary`
 
 
