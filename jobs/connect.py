@@ -56,6 +56,16 @@ def connect(zk: str, client_conf: str | None, **overrides: Any) -> LedgerClient:
     return LedgerClient(zk, config=client_config(client_conf, **overrides))
 
 
+def close_shared() -> None:
+    """Close every client task_client keeps: for a process done with its clusters (a test that ran
+    a sink's driver steps in its own process, before its clusters stop)."""
+    with _shared_lock:
+        clients = [c for c, _used in _shared.values()]
+        _shared.clear()
+    for c in clients:
+        c.close()
+
+
 @contextmanager
 def task_client(zk: str, client_conf: str | None) -> Iterator[LedgerClient]:
     """A client of the cluster at ``zk`` (TASK_TIMEOUTS) kept in this process between tasks: Spark

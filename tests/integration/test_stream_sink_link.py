@@ -13,6 +13,7 @@ import pytest
 from client_helpers import client
 from stream_helpers import WriterProcess, payload, read_all
 
+from jobs.connect import close_shared
 from jobs.options import SinkOptions
 from jobs.stream_sink import SinkMessage, abort_batch, commit_batch
 from ledger_client import errors
@@ -27,6 +28,14 @@ from ledger_client.stream.sink import (
 from metadata.streams.linking import SparkBatch
 
 pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(autouse=True)
+def _no_clients_left():
+    """The driver's steps run in this process and keep a client per cluster (jobs.connect.task_client):
+    closed before the test's cluster stops, so no client outlives it in the tests that follow."""
+    yield
+    close_shared()
 
 
 def opts(sb, **kw) -> SinkOptions:
