@@ -168,3 +168,6 @@ def test_the_stream_writers_commit_called_twice_adds_nothing(spark, cluster_fact
         recs = read_all(ns, "s", 20, timeout_s=5)
         assert [r.payload for r in recs] == [b"%d-%d" % (p, i) for p in range(2) for i in range(10)]
         assert len(ns.stream_info("s").segments) == 2
+    from jobs.connect import close_shared
+
+    close_shared()   # the driver's steps ran in this process: their client goes before the cluster
