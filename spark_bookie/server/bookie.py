@@ -52,6 +52,7 @@ log = logging.getLogger(__name__)
 #: between, bucket stamps only see nodes created or deleted, so a tombstone whose deletion marker
 #: was never written (its role's client died between the two writes) waits at most this long.
 GC_FULL_CHECK_INTERVAL_S = 3600.0
+REGISTRATION_RETRY_S = 1.0   # a registration move that failed (ZooKeeper slow or away) is tried again after this
 
 
 def _check_dir(d: str, what: str) -> None:
@@ -327,12 +328,18 @@ class Bookie:
             self._registered_read_only = read_only
 
     def _on_read_only_change(self, read_only: bool) -> None:
-        if self._registered_read_only is None:
+        if self._registered_read_only is None or self._stopped:
             return  # not registered yet: start() registers in the right place
         try:
             self._register(read_only)
         except MetadataError:
-            log.exception("could not move registration (read_only=%s)", read_only)
+            # The disk's state has moved and will not move again by itself: without another try the
+            # registration would stay where it was (a bookie with room left listed read-only).
+            log.exception("could not move registration (read_only=%s): trying again in %.0f s", read_only,
+                          REGISTRATION_RETRY_S)
+            retry = threading.Timer(REGISTRATION_RETRY_S, lambda: self._on_read_only_change(self.read_only))
+            retry.daemon = True
+            retry.start()
 
     def _on_session(self, state: str) -> None:
         log.info("ZooKeeper session %s", state)
