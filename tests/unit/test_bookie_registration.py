@@ -10,13 +10,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from memory_bookie import started_bookie
 
 import spark_bookie.server.bookie as bookie_module
 from metadata import InMemoryMetadataStore, InMemoryZooKeeper
 from metadata.errors import MetadataError
-from spark_bookie.local.zookeeper import free_port
-from spark_bookie.server.bookie import Bookie
-from spark_bookie.server.config import BookieConfig
 
 pytestmark = pytest.mark.unit
 
@@ -30,13 +28,7 @@ def store() -> Iterator[InMemoryMetadataStore]:
 
 def test_a_registration_move_that_failed_is_tried_again(store: InMemoryMetadataStore, tmp_path: Path,
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
-    cfg = BookieConfig(zk_connect="memory://unused", port=free_port(), journal_dirs=(str(tmp_path / "j"),),
-                       ledger_dirs=(str(tmp_path / "l"),), gc_interval_ms=3_600_000).validate()
-    (tmp_path / "j").mkdir()
-    (tmp_path / "l").mkdir()
-    b = Bookie(cfg, metadata=store)
-    b.start()
-    try:
+    with started_bookie(store, tmp_path) as b:
         assert b.bookie_id in store.cluster.list_bookies()
         real, calls = store.cluster.register_bookie, []
 
@@ -55,5 +47,3 @@ def test_a_registration_move_that_failed_is_tried_again(store: InMemoryMetadataS
             time.sleep(0.02)
         assert b.bookie_id in store.cluster.list_bookies(readonly=True)
         assert b.bookie_id not in store.cluster.list_bookies() and calls == [True, True]
-    finally:
-        b.stop(grace_s=0.2)

@@ -10,14 +10,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from memory_bookie import started_bookie
 
 from metadata import InMemoryMetadataStore, InMemoryZooKeeper
 from metadata.errors import MetadataAccessDeniedError, NoNodeError
 from metadata.layout import DELETED
 from metadata.model import TOMBSTONE
-from spark_bookie.local.zookeeper import free_port
 from spark_bookie.server.bookie import Bookie
-from spark_bookie.server.config import BookieConfig
 
 pytestmark = pytest.mark.unit
 
@@ -87,14 +86,8 @@ def store(zk: InMemoryZooKeeper) -> Iterator[InMemoryMetadataStore]:
 @pytest.fixture
 def bookie(store: InMemoryMetadataStore, tmp_path: Path) -> Iterator[Bookie]:
     """A started bookie whose GC thread sleeps: the test runs its rounds (``_gc_round``)."""
-    cfg = BookieConfig(zk_connect="memory://unused", port=free_port(), journal_dirs=(str(tmp_path / "j"),),
-                       ledger_dirs=(str(tmp_path / "l"),), gc_interval_ms=3_600_000).validate()
-    (tmp_path / "j").mkdir()
-    (tmp_path / "l").mkdir()
-    b = Bookie(cfg, metadata=store)
-    b.start()
-    yield b
-    b.stop(grace_s=0.2)
+    with started_bookie(store, tmp_path) as b:
+        yield b
 
 
 def hold(bookie: Bookie, *ids: int) -> None:
