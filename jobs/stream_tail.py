@@ -87,14 +87,13 @@ class StreamTailReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return found
 
     @staticmethod
-    def _ctimes_of(found: Found, offset: dict[str, str]) -> dict[str, int]:
-        """Each stream's ctime_ms: as found now, else as the offset had it (a stream gone since)."""
-        return {**offset_ctimes(offset), **{k: v.meta.ctime_ms for k, (v, _xs) in found.items()}}
+    def _ctimes_of(found: Found, was: dict[str, int]) -> dict[str, int]:
+        """Each stream's ctime_ms: as found now, else as an offset had it (``was``: a stream gone since)."""
+        return {**was, **{k: v.meta.ctime_ms for k, (v, _xs) in found.items()}}
 
-    def _same_streams(self, have: dict[str, DLSN], start: dict[str, str], found: Found) -> dict[str, DLSN]:
-        """``have`` without the streams deleted and created again since ``start`` was written: the new
-        one is read from its start (its positions begin again; the old one's mean nothing there)."""
-        was = offset_ctimes(start)
+    def _same_streams(self, have: dict[str, DLSN], was: dict[str, int], found: Found) -> dict[str, DLSN]:
+        """``have`` without the streams deleted and created again since it was written (``was``: their
+        ctime_ms then): the new one is read from its start (its positions begin again)."""
         again = [k for k in have if k in was and k in found and found[k][0].meta.ctime_ms != was[k]]
         for k in again:
             log.warning("stream %s was deleted and created again: it is read from its start", k)
@@ -123,8 +122,9 @@ class StreamTailReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         only once that batch's output is committed: the subscription moves there (Spark's own
         commit(end) of a batch comes only when the next batch with data starts)."""
         found = self._found()
-        have = self._same_streams(offsets_from_json(start), start, found)
-        self._commit_subscription(have, offset_ctimes(start))
+        was = offset_ctimes(start)
+        have = self._same_streams(offsets_from_json(start), was, found)
+        self._commit_subscription(have, was)
         ends = self._ends(found)
         if self._target is not None:
             ends = {k: min(e, self._target[k]) for k, e in ends.items() if k in self._target}
@@ -139,7 +139,7 @@ class StreamTailReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 budget -= used
             if k in have or end > DLSN(*start_of(view)):
                 out[k] = max(have.get(k, end), end)
-        return offsets_to_json(out, self._ctimes_of(found, start))
+        return offsets_to_json(out, self._ctimes_of(found, was))
 
     def prepareForTriggerAvailableNow(self) -> None:
         self._target = self._ends(self._found())
