@@ -92,7 +92,7 @@ def bench_append(args: argparse.Namespace) -> int:
     res: dict[str, Any] = {"entries": entries, "entry_bytes": args.entry_bytes}
     progress = StepProgress("bench append", ("latency", "throughput", "metrics cost", *(("secured",) * args.tls),
                                              *(("tenants cost",) * args.tenants), "redis"))
-    with Sandbox(root / "cluster", 3, bookie_settings={"gc_interval_ms": 3_600_000}) as sb:
+    with Sandbox(root / "cluster", 3) as sb:
         with LedgerClient(sb.connect_string, config=ClientConfig()) as client:
             pids = [b.proc.pid for b in sb.bookies if b.proc is not None]
             _throughput(client, (3, 3, 2), min(entries, 5_000), args.entry_bytes, pids)  # warm-up
@@ -143,7 +143,7 @@ def _metrics_cost(root: Path, entries: int, size: int, rounds: int) -> dict[str,
     from ledger_client import LedgerClient
     from spark_bookie.local.sandbox import Sandbox
 
-    base = {"gc_interval_ms": 3_600_000}
+    base: dict[str, Any] = {}
     with Sandbox(root / "on", 3, bookie_settings={**base, "metrics_enabled": True}) as on_sb, \
             Sandbox(root / "off", 3, bookie_settings={**base, "metrics_enabled": False}) as off_sb, \
             LedgerClient(on_sb.connect_string) as on_c, LedgerClient(off_sb.connect_string) as off_c:
@@ -170,7 +170,7 @@ def _secured_runs(root: Path, entries: int, seconds: float, size: int) -> dict[s
     from spark_bookie.local.secure import make_secure_files
 
     files = make_secure_files(root / "files")
-    settings = {"gc_interval_ms": 3_600_000, **files.bookie_settings()}
+    settings = files.bookie_settings()
     with Sandbox(root / "cluster", 3, bookie_settings=settings) as sb:
         with LedgerClient(sb.connect_string, config=ClientConfig.from_toml(files.client_conf_path)) as client:
             pids = [b.proc.pid for b in sb.bookies if b.proc is not None]

@@ -111,7 +111,7 @@ def durable_adds(bookie_address: str, entries: int, entry_bytes: int, window: in
 def _one_bookie(root: Path, **settings: Any) -> tuple[Any, Any]:
     from spark_bookie.local.sandbox import Sandbox
 
-    sb = Sandbox(root, bookies=1, bookie_settings={"gc_interval_ms": 3_600_000, **settings})
+    sb = Sandbox(root, bookies=1, bookie_settings=settings)
     sb.start()
     return sb, sb.bookies[0]
 

@@ -181,7 +181,7 @@ def bench_recovery(args: argparse.Namespace) -> int:
     root = Path(tempfile.mkdtemp(prefix="bench-recovery-"))
     res: dict[str, Any] = {"ledgers": ledgers, "ledger_bytes": ledger_bytes, "entry_bytes": args.entry_bytes,
                            "bookies": args.bookies, "workers": args.workers, "ensemble": "E3/Qw2/Qa2"}
-    settings = {"gc_interval_ms": 3_600_000, "zk_session_timeout_ms": BOOKIE_SESSION_MS}
+    settings = {"zk_session_timeout_ms": BOOKIE_SESSION_MS}
     workers: list[subprocess.Popen[bytes]] = []
     progress = StepProgress("bench recovery", ("ledgers written", "repaired"))
     try:

@@ -48,6 +48,8 @@ from spark_bookie.bench.scale_report import figures, report, where_line
 THREADS = 16
 AUTORECOVERY_PROCESSES = 2
 BUILD_BUDGET_S = 480.0      # LARGE's ledgers are cut to what the measured rate builds in this long
+# GC only when forced: the bench times forced rounds by the bookie's own gc metric, which a
+# periodic round in between would add to (docs/benchmarks.md, bench scale)
 BOOKIE_SETTINGS = {"gc_interval_ms": 3_600_000, "zk_session_timeout_ms": 3_000}
 QUICK_SESSION_MS = 2_000    # a quick run's bookies (ZooKeeper's floor): a killed one is noticed sooner
 

@@ -165,7 +165,7 @@ def bench_scan(args: argparse.Namespace) -> int:
                            "load_average_at_start": os.getloadavg()}
     progress = StepProgress("bench scan", ("ledgers written", "read_arrow scans", "Spark scans"))
     try:
-        with Sandbox(root / "cluster", max(3, args.bookies), bookie_settings={"gc_interval_ms": 3_600_000}) as sb:
+        with Sandbox(root / "cluster", max(3, args.bookies)) as sb:
             with LedgerClient(sb.connect_string) as client:
                 lid, res["write_entries_per_s"] = _write_ledger(client, entries, args.entry_bytes)
                 striped, _rate = _write_ledger(client, entries, args.entry_bytes, max(3, args.bookies), 2)

@@ -47,7 +47,7 @@ def _clusters(root: Path) -> Iterator[dict[str, tuple[Any, list[int], str]]]:
 
     secret_path = _secret(root)
     secret = secret_path.read_bytes()
-    base = {"gc_interval_ms": 3_600_000, "auth_enabled": True, "auth_token_secret_path": str(secret_path)}
+    base = {"auth_enabled": True, "auth_token_secret_path": str(secret_path)}
     producer = ClientConfig(auth_token=mint_token(secret, ROLE, "client", ttl_s=86_400.0))
     with ExitStack() as stack:
         sides: dict[str, tuple[Any, list[int], str]] = {}
