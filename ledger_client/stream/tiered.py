@@ -17,20 +17,15 @@ from metadata.streams import SegmentMeta
 from .. import errors
 from .chunks import arrow_schema, arrow_to_records
 from .dlsn import DLSN, LogRecord
+from .tiered_local import segment_dataset, table_schema
 
 if TYPE_CHECKING:
     import pyarrow as pa
+    import pyarrow.dataset
 
 COLUMNS = ("stream", "segment", "entry_id", "slot", "txid", "payload")
-
-
-def table_schema() -> pa.Schema:
-    """The tiered table's columns. A function, not a constant: pyarrow is imported only when
-    tiered data is read (the client also runs where pyarrow is not installed, e.g. Spark 3.5)."""
-    import pyarrow as pa
-
-    return pa.schema([("stream", pa.string()), ("segment", pa.int64()), ("entry_id", pa.int64()),
-                      ("slot", pa.int32()), ("txid", pa.int64()), ("payload", pa.binary())])
+__all__ = ["COLUMNS", "read_tiered_arrow", "read_tiered_batch", "read_tiered_segment", "table_schema",
+           "tiered_row_count"]
 
 
 def read_tiered_arrow(table: str, version: int, stream: str, segment: int, first_entry: int = 0,
@@ -46,15 +41,32 @@ def read_tiered_arrow(table: str, version: int, stream: str, segment: int, first
     if last_entry is not None:
         filters.append(("entry_id", "<=", last_entry))
     try:
-        from deltalake import DeltaTable
+        data = segment_dataset(table, version, stream, segment)
+        if data is not None:   # a local table: pyarrow scans it, the GIL released (tiered_local.py)
+            rows = data.to_table(columns=list(COLUMNS), filter=_expression(filters))
+        else:
+            from deltalake import DeltaTable
 
-        rows = DeltaTable(table, version=version).to_pyarrow_table(columns=list(COLUMNS), filters=filters)
+            rows = DeltaTable(table, version=version).to_pyarrow_table(columns=list(COLUMNS), filters=filters)
     except Exception as e:  # deltalake raises its own types (missing table, version vacuumed, I/O)
         raise errors.ReadError(f"segment {segment} of {stream}: cannot read its Delta table {table} "
                                f"at version {version}: {e}") from e
     rows = rows.select(list(COLUMNS)).cast(table_schema())
-    rows = rows.filter(pc.equal(rows.column("stream"), stream))
+    keep = pc.equal(rows.column("stream"), stream)
+    if not pc.all(keep).as_py():   # every row is the stream's when one stream's segments fill the files
+        rows = rows.filter(keep)
     return rows if _in_dlsn_order(rows) else rows.sort_by([("entry_id", "ascending"), ("slot", "ascending")])
+
+
+def _expression(filters: list[tuple[str, str, object]]) -> pa.dataset.Expression:
+    import pyarrow.dataset as ds
+
+    ops = {"=": lambda f, v: f == v, ">=": lambda f, v: f >= v, "<=": lambda f, v: f <= v}
+    out = None
+    for col, op, value in filters:
+        term = ops[op](ds.field(col), value)
+        out = term if out is None else out & term
+    return out
 
 
 def _in_dlsn_order(rows: pa.Table) -> bool:
@@ -74,9 +86,12 @@ def tiered_row_count(table: str, version: int, stream: str, segment: int) -> int
     """How many rows the table holds for the segment (a scan of two columns, no payloads)."""
     try:
         import pyarrow.dataset as ds
-        from deltalake import DeltaTable
 
-        data = DeltaTable(table, version=version).to_pyarrow_dataset()
+        data = segment_dataset(table, version, stream, segment)
+        if data is None:
+            from deltalake import DeltaTable
+
+            data = DeltaTable(table, version=version).to_pyarrow_dataset()
         return int(data.count_rows(filter=(ds.field("stream") == stream) & (ds.field("segment") == segment)))
     except Exception as e:  # deltalake raises its own types
         raise errors.ReadError(f"segment {segment} of {stream}: cannot read its Delta table {table} "

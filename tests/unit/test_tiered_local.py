@@ -1,0 +1,80 @@
+"""A local tiered table is read by pyarrow itself (ledger_client/stream/tiered_local.py): the same
+rows, order and counts as through delta-rs, files pruned by the Delta log's statistics, and a table
+written again at the same path read again, never from the file list kept for the old one."""
+
+from __future__ import annotations
+
+import shutil
+
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable, write_deltalake
+
+from ledger_client.stream import tiered, tiered_local
+
+pytestmark = pytest.mark.unit
+
+
+def rows(stream: str, segment: int, entries: range, slots: int = 3, tag: bytes = b"") -> pa.Table:
+    cols: dict[str, list] = {c: [] for c in tiered.COLUMNS}
+    for e in entries:
+        for s in range(slots):
+            cols["stream"].append(stream)
+            cols["segment"].append(segment)
+            cols["entry_id"].append(e)
+            cols["slot"].append(s)
+            cols["txid"].append(e * slots + s)
+            cols["payload"].append(tag + f"{stream}/{segment}/{e}/{s}".encode())
+    return pa.table(cols, schema=tiered.table_schema())
+
+
+@pytest.fixture()
+def table(tmp_path):
+    path = str(tmp_path / "t")
+    write_deltalake(path, rows("ns/a", 1, range(0, 40)))        # version 0
+    write_deltalake(path, rows("ns/b", 1, range(0, 30)), mode="append")   # 1: another stream's segment 1
+    write_deltalake(path, rows("ns/a", 2, range(0, 25)), mode="append")   # 2
+    return path
+
+
+def through_delta_rs(monkeypatch, fn, *args):
+    with monkeypatch.context() as m:
+        m.setattr(tiered, "segment_dataset", lambda *a: None)
+        return fn(*args)
+
+
+@pytest.mark.parametrize("stream,segment,first,last", [("ns/a", 1, 0, None), ("ns/a", 1, 10, 19), ("ns/b", 1, 5, 29),
+                                                       ("ns/a", 2, 24, None), ("ns/c", 1, 0, None), ("ns/a", 3, 0, None)])
+def test_same_rows_as_through_delta_rs(table, monkeypatch, stream, segment, first, last):
+    local = tiered.read_tiered_arrow(table, 2, stream, segment, first, last)
+    assert tiered_local.segment_dataset(table, 2, stream, segment) is not None
+    assert local.equals(through_delta_rs(monkeypatch, tiered.read_tiered_arrow, table, 2, stream, segment, first, last))
+    assert tiered.tiered_row_count(table, 2, stream, segment) == \
+        through_delta_rs(monkeypatch, tiered.tiered_row_count, table, 2, stream, segment)
+
+
+def test_a_version_reads_only_its_snapshot(table):
+    assert tiered.read_tiered_arrow(table, 1, "ns/a", 2).num_rows == 0   # segment 2 came with version 2
+    assert tiered.read_tiered_arrow(table, 2, "ns/a", 2).num_rows == 25 * 3
+
+
+def test_files_are_pruned_by_the_logs_statistics(table):
+    dt = DeltaTable(table, version=2)
+    assert len(dt.file_uris()) == 3
+    assert len(tiered_local.local_files(dt, "ns/a", 1) or []) == 1
+    assert tiered_local.local_files(dt, "ns/c", 1) == []
+
+
+def test_a_table_written_again_at_its_path_is_read_again(table):
+    before = tiered.read_tiered_arrow(table, 0, "ns/a", 1)
+    shutil.rmtree(table)
+    write_deltalake(table, rows("ns/a", 1, range(0, 40), tag=b"new:"))
+    after = tiered.read_tiered_arrow(table, 0, "ns/a", 1)
+    assert after.num_rows == before.num_rows
+    assert after.column("payload")[0].as_py().startswith(b"new:")
+
+
+def test_only_local_tables_are_read_by_pyarrow():
+    assert tiered_local.local_root("s3://bucket/t") is None
+    assert tiered_local.segment_dataset("s3://bucket/t", 0, "ns/a", 1) is None
+    assert tiered_local.local_root("file:///data/t%20x/") == "/data/t x"
