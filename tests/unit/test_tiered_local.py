@@ -8,7 +8,7 @@ import shutil
 
 import pyarrow as pa
 import pytest
-from deltalake import DeltaTable, write_deltalake
+from deltalake import DeltaTable, WriterProperties, write_deltalake
 
 from ledger_client.stream import tiered, tiered_local
 
@@ -34,6 +34,9 @@ def table(tmp_path):
     write_deltalake(path, rows("ns/a", 1, range(0, 40)))        # version 0
     write_deltalake(path, rows("ns/b", 1, range(0, 30)), mode="append")   # 1: another stream's segment 1
     write_deltalake(path, rows("ns/a", 2, range(0, 25)), mode="append")   # 2
+    mixed = pa.concat_tables([rows("ns/a", 3, range(0, 50)), rows("ns/b", 3, range(0, 10)),
+                              rows("ns/a", 3, range(50, 60))])    # 3: row groups of 32 rows, two streams in some
+    write_deltalake(path, mixed, mode="append", writer_properties=WriterProperties(max_row_group_size=32))
     return path
 
 
@@ -43,14 +46,17 @@ def through_delta_rs(monkeypatch, fn, *args):
         return fn(*args)
 
 
-@pytest.mark.parametrize("stream,segment,first,last", [("ns/a", 1, 0, None), ("ns/a", 1, 10, 19), ("ns/b", 1, 5, 29),
-                                                       ("ns/a", 2, 24, None), ("ns/c", 1, 0, None), ("ns/a", 3, 0, None)])
+CASES = [("ns/a", 1, 0, None), ("ns/a", 1, 10, 19), ("ns/b", 1, 5, 29), ("ns/a", 2, 24, None), ("ns/c", 1, 0, None),
+         ("ns/a", 4, 0, None), ("ns/a", 3, 0, None), ("ns/a", 3, 30, 55), ("ns/b", 3, 2, 7), ("ns/b", 3, 0, None)]
+
+
+@pytest.mark.parametrize("stream,segment,first,last", CASES)
 def test_same_rows_as_through_delta_rs(table, monkeypatch, stream, segment, first, last):
-    local = tiered.read_tiered_arrow(table, 2, stream, segment, first, last)
-    assert tiered_local.segment_dataset(table, 2, stream, segment) is not None
-    assert local.equals(through_delta_rs(monkeypatch, tiered.read_tiered_arrow, table, 2, stream, segment, first, last))
-    assert tiered.tiered_row_count(table, 2, stream, segment) == \
-        through_delta_rs(monkeypatch, tiered.tiered_row_count, table, 2, stream, segment)
+    local = tiered.read_tiered_arrow(table, 3, stream, segment, first, last)
+    assert tiered_local.segment_dataset(table, 3, stream, segment) is not None
+    assert local.equals(through_delta_rs(monkeypatch, tiered.read_tiered_arrow, table, 3, stream, segment, first, last))
+    assert tiered.tiered_row_count(table, 3, stream, segment) == \
+        through_delta_rs(monkeypatch, tiered.tiered_row_count, table, 3, stream, segment)
 
 
 def test_a_version_reads_only_its_snapshot(table):
@@ -59,8 +65,8 @@ def test_a_version_reads_only_its_snapshot(table):
 
 
 def test_files_are_pruned_by_the_logs_statistics(table):
-    dt = DeltaTable(table, version=2)
-    assert len(dt.file_uris()) == 3
+    dt = DeltaTable(table, version=3)
+    assert len(dt.file_uris()) == 4
     assert len(tiered_local.local_files(dt, "ns/a", 1) or []) == 1
     assert tiered_local.local_files(dt, "ns/c", 1) == []
 
