@@ -41,7 +41,7 @@ def read_tiered_arrow(table: str, version: int, stream: str, segment: int, first
     if last_entry is not None:
         filters.append(("entry_id", "<=", last_entry))
     try:
-        data = segment_dataset(table, version, stream, segment)
+        data = segment_dataset(table, version, segment)
         if data is not None:   # a local table: pyarrow scans it, the GIL released (tiered_local.py)
             rows = data.to_table(columns=list(COLUMNS), filter=_expression(filters))
         else:
@@ -87,7 +87,7 @@ def tiered_row_count(table: str, version: int, stream: str, segment: int) -> int
     try:
         import pyarrow.dataset as ds
 
-        data = segment_dataset(table, version, stream, segment)
+        data = segment_dataset(table, version, segment)
         if data is None:
             from deltalake import DeltaTable
 

@@ -45,7 +45,7 @@ def local_root(table: str) -> str | None:
     return root.rstrip("/") if os.path.isabs(root) else os.path.abspath(root)
 
 
-def segment_dataset(table: str, version: int, stream: str, segment: int) -> ds.Dataset | None:
+def segment_dataset(table: str, version: int, segment: int) -> ds.Dataset | None:
     """The segment's files at ``version`` as a pyarrow dataset; None: read through delta-rs."""
     root = local_root(table)
     if root is None:
@@ -54,22 +54,22 @@ def segment_dataset(table: str, version: int, stream: str, segment: int) -> ds.D
         stamp = os.stat(f"{root}/_delta_log/{version:020d}.json").st_mtime_ns
     except OSError:
         stamp = None   # the commit file went with a log cleanup (a checkpoint holds the version)
-    return _dataset(table, version, stream, segment, stamp)
+    return _dataset(table, version, segment, stamp)
 
 
 @functools.lru_cache(maxsize=DATASETS_CACHED)
-def _dataset(table: str, version: int, stream: str, segment: int, _stamp: int | None) -> ds.Dataset | None:
+def _dataset(table: str, version: int, segment: int, _stamp: int | None) -> ds.Dataset | None:
     import pyarrow.dataset as ds
     import pyarrow.fs as pafs
     from deltalake import DeltaTable
 
-    files = local_files(DeltaTable(table, version=version), stream, segment)
+    files = local_files(DeltaTable(table, version=version), segment)
     if files is None:
         return None
     return ds.dataset(files, schema=table_schema(), format="parquet", filesystem=pafs.LocalFileSystem())
 
 
-def local_files(dt: Any, stream: str, segment: int) -> list[str] | None:
+def local_files(dt: Any, segment: int) -> list[str] | None:
     """The snapshot's files whose statistics leave room for the segment's rows (a statistic
     missing leaves room); None unless the table is plain and every file a local path."""
     import pyarrow as pa
@@ -83,15 +83,14 @@ def local_files(dt: Any, stream: str, segment: int) -> list[str] | None:
     kept = []
     for a in pa.table(dt.get_add_actions(flatten=True)).to_pylist():
         path = urllib.parse.unquote(a["path"].removeprefix("file://"))
-        if _may_hold(a, stream, segment):
+        if _may_hold(a, segment):
             kept.append(path if os.path.isabs(path) else f"{root}/{path}")
     known = set(paths)
     return kept if all(p in known for p in kept) else paths   # paths not matched: no pruning
 
 
-def _may_hold(a: dict[str, Any], stream: str, segment: int) -> bool:
-    def within(col: str, value: object) -> bool:
-        lo, hi = a.get(f"min.{col}"), a.get(f"max.{col}")
-        return (lo is None or lo <= value) and (hi is None or hi >= value)
-
-    return within("stream", stream) and within("segment", segment)
+def _may_hold(a: dict[str, Any], segment: int) -> bool:
+    """By the segment's statistics only: a string's may be cut short by the writer (delta-rs cuts
+    them at 32 characters), and a maximum cut short is below the longer names it stands for."""
+    lo, hi = a.get("min.segment"), a.get("max.segment")
+    return (lo is None or lo <= segment) and (hi is None or hi >= segment)
