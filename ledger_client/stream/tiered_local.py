@@ -4,13 +4,13 @@ delta-rs scans a local table through a file system written in Python, which take
 read. A stream reader's own thread, building records from the previous step meanwhile, holds the
 GIL for a few milliseconds at a time, and the scan waited out the switch interval each time it
 needed it back: a 256-entry step (~480,000 rows) took 0.14-0.41 s beside a reader instead of
-0.04-0.06 s alone. Here the snapshot's files are listed once per segment (by the file statistics in
-the Delta log, as delta-rs prunes them) and kept as a pyarrow dataset; each step is then one scan
-in C++ with the GIL released (0.05-0.06 s beside a reader, 0.025 s alone).
+0.04-0.06 s alone. Here the snapshot's files are listed once per segment (pruned by the segment
+numbers in the Delta log's file statistics) and kept as a pyarrow dataset; each step is then one
+scan in C++ with the GIL released (0.05-0.06 s beside a reader, 0.025 s alone).
 
 Only plain tables (reader protocol 1: no deletion vectors, no column mapping) on local paths are
 read this way; anything else goes through delta-rs (``None`` here). A snapshot's files never
-change, so the dataset is kept per (table, version, stream, segment) and the version's commit
+change, so the dataset is kept per (table, version, segment) and the version's commit
 file's mtime: a table deleted and written again at the same path is listed again.
 """
 
