@@ -1,7 +1,8 @@
 """`spark-bookie bench replicate --quick` runs end to end: two clusters, the replicator as a user
 starts it, the backlog copied and checked record by record, the steady-state lag measured, a second
-backlog copied once the running replicator's Spark continues, and the host's floors printed (speed itself is never asserted here: the benchmark reports it against the
-catch-up read measured in the same run)."""
+backlog copied once the running replicator's Spark continues, and the host's floors printed (speed
+itself is never asserted here: the benchmark reports it against the catch-up read measured in the
+same run)."""
 
 from __future__ import annotations
 
