@@ -3,10 +3,10 @@
 delta-rs scans a local table through a file system written in Python, which takes the GIL for each
 read. A stream reader's own thread, building records from the previous step meanwhile, holds the
 GIL for a few milliseconds at a time, and the scan waited out the switch interval each time it
-needed it back: a 256-entry step (~480,000 rows) took 0.14-0.41 s beside a reader instead of
-0.04-0.06 s alone. Here the snapshot's files are listed once per segment (pruned by the segment
-numbers in the Delta log's file statistics) and kept as a pyarrow dataset; each step is then one
-scan in C++ with the GIL released (0.05-0.06 s beside a reader, 0.025 s alone).
+needed it back: a 256-entry step (380,000-480,000 rows) took 0.24-0.45 s beside a thread building
+records, against 0.03-0.06 s alone. Here the snapshot's files are listed once per segment (pruned
+by the segment numbers in the Delta log's file statistics) and kept as a pyarrow dataset; each step
+is then one scan in C++ with the GIL released: 0.05-0.09 s beside that thread, 0.02-0.04 s alone.
 
 Only plain tables (reader protocol 1: no deletion vectors, no column mapping) on local paths are
 read this way; anything else goes through delta-rs (``None`` here). A snapshot's files never
