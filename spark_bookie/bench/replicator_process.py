@@ -122,7 +122,8 @@ class ReplicatorProcess:
     def pause_spark(self) -> int:
         """SIGSTOP the replicator's Spark JVM: no micro-batch runs, while the replicator's Python
         processes (their ZooKeeper sessions, its monitor) go on. Returns the JVM's pid."""
-        assert self.proc is not None
+        if self.proc is None:
+            raise RuntimeError("the replicator was not started")
         jvms = [pid for pid, name, _cpu in session_processes(self.proc.pid) if name == "java"]
         if len(jvms) != 1:
             raise RuntimeError(f"expected one Spark JVM in the replicator's session, found {jvms}")
