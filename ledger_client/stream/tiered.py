@@ -21,7 +21,6 @@ from .tiered_local import segment_dataset, table_schema
 
 if TYPE_CHECKING:
     import pyarrow as pa
-    import pyarrow.dataset
 
 COLUMNS = ("stream", "segment", "entry_id", "slot", "txid", "payload")
 __all__ = ["COLUMNS", "read_tiered_arrow", "read_tiered_batch", "read_tiered_segment", "table_schema",
@@ -43,7 +42,9 @@ def read_tiered_arrow(table: str, version: int, stream: str, segment: int, first
     try:
         data = segment_dataset(table, version, segment)
         if data is not None:   # a local table: pyarrow scans it, the GIL released (tiered_local.py)
-            rows = data.to_table(columns=list(COLUMNS), filter=_expression(filters))
+            import pyarrow.parquet as pq
+
+            rows = data.to_table(columns=list(COLUMNS), filter=pq.filters_to_expression(filters))
         else:
             from deltalake import DeltaTable
 
@@ -56,17 +57,6 @@ def read_tiered_arrow(table: str, version: int, stream: str, segment: int, first
     if not pc.all(keep).as_py():   # every row is the stream's when one stream's segments fill the files
         rows = rows.filter(keep)
     return rows if _in_dlsn_order(rows) else rows.sort_by([("entry_id", "ascending"), ("slot", "ascending")])
-
-
-def _expression(filters: list[tuple[str, str, object]]) -> pa.dataset.Expression:
-    import pyarrow.dataset as ds
-
-    ops = {"=": lambda f, v: f == v, ">=": lambda f, v: f >= v, "<=": lambda f, v: f <= v}
-    out = None
-    for col, op, value in filters:
-        term = ops[op](ds.field(col), value)
-        out = term if out is None else out & term
-    return out
 
 
 def _in_dlsn_order(rows: pa.Table) -> bool:
