@@ -67,13 +67,24 @@ def pct(values: list[float], p: float) -> float:
 
 
 
+def proc_stat(pid: int | str) -> tuple[str, list[str]]:
+    """A process's command name and the fields of /proc/PID/stat after it (a name may hold spaces
+    and parentheses: the fields start after the last ")")."""
+    head, rest = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)
+    return head.split("(", 1)[1], rest.split()
+
+
+def stat_cpu_seconds(fields: list[str]) -> float:
+    """User + system CPU from proc_stat's fields."""
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def cpu_seconds(pid: int | None = None) -> float:
     """User + system CPU of this process (pid None) or of another one (from /proc)."""
     if pid is None:
         r = resource.getrusage(resource.RUSAGE_SELF)
         return r.ru_utime + r.ru_stime
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return stat_cpu_seconds(proc_stat(pid)[1])
 
 
 @contextmanager

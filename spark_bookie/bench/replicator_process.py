@@ -16,6 +16,8 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from spark_bookie.bench.common import proc_stat, stat_cpu_seconds
+
 READY_RE = re.compile(r"^replicating .*", re.M)
 METRICS_RE = re.compile(r"metrics on http://127\.0\.0\.1:(\d+)/metrics")
 SAMPLE_RE = re.compile(r'^(replication_lag_seconds|replication_lag_records)\{stream="([^"]+)"\} (\S+)$', re.M)
@@ -29,11 +31,9 @@ def session_processes(sid: int) -> list[tuple[int, str, float]]:
         if not d.name.isdigit():
             continue
         try:
-            name, rest = (d / "stat").read_text().rsplit(")", 1)
-            fields = rest.split()
+            name, fields = proc_stat(d.name)
             if int(fields[3]) == sid:
-                cpu = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-                found.append((int(d.name), name.split("(", 1)[1], cpu))
+                found.append((int(d.name), name, stat_cpu_seconds(fields)))
         except (OSError, IndexError, ValueError):
             continue
     return found
