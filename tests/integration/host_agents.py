@@ -13,6 +13,7 @@ so any reader can check any entry byte for byte without being told what was writ
 from __future__ import annotations
 
 import sys
+import threading
 import time
 from concurrent.futures import Future
 
@@ -20,9 +21,17 @@ from client_helpers import FAST, data
 
 from ledger_client import ClientConfig, LedgerClient
 
+_SAY = threading.Lock()
+
 
 def say(*parts: object) -> None:
-    print(*parts, flush=True)
+    """One event line in one write, under a lock: print() writes its parts one by one, so lines said
+    by two threads (acks come on the client's threads) could be cut apart, and a part flushed early
+    met a log line on stderr in the middle (the test then read "ack Connection ...")."""
+    line = " ".join(map(str, parts)) + "\n"
+    with _SAY:
+        sys.stdout.write(line)
+        sys.stdout.flush()
 
 
 def write(zk: str, e: int, qw: int, qa: int, entries: int, linger_s: float = 60.0) -> None:
