@@ -141,18 +141,25 @@ def check_placement(cluster: MultiHostCluster, store: MetadataStore | None = Non
     return fragments
 
 
-def assert_fenced_on_every_bookie(c: LedgerClient, ledger_id: int) -> None:
+def assert_fenced_on_every_bookie(c: LedgerClient, ledger_id: int, writer: Agent) -> None:
     """What "the old writer gets no more acks" rests on, checked on the bookies themselves: in the
-    last fragment, every write set has fewer than Qa bookies that still take a plain (non-recovery)
-    add past the end, as the old writer's next add would be. Recovery need not fence every bookie
-    (one it could not reach stays unfenced), only enough that no write set can reach Qa acks."""
+    fragment the writer writes to (its "ensemble" event), every write set has fewer than Qa bookies
+    that still take a plain (non-recovery) add past the end, as the old writer's next add would be.
+    Recovery need not fence every bookie (one it could not reach stays unfenced), only enough that no
+    write set can reach Qa acks. The ledger's last fragment is not the one to check: a recovery's
+    rewrite may replace a bookie there, unfenced, that the old writer never learns of (seed
+    3136509107 found it so)."""
     from ledger_client.machines import write_set
     from ledger_client.protocol import bookkeeper_pb2 as pb
     from ledger_client.protocol.framing import Digester, DigestType, master_key
     from ledger_client.transport import BookieClient
 
     md = c.ledger_metadata(ledger_id)
-    ensemble = md.ensembles[max(md.ensembles)]
+    said = writer.events("ensemble")
+    assert said, "the writer said no ensemble (it says one at its first failure and when done)"
+    key, ensemble = int(said[-1][0]), said[-1][1:]
+    assert md.ensembles.get(key) == ensemble or key > md.last_entry_id, \
+        f"the writer's fragment {key} {ensemble} is not in the closed ledger's {md.ensembles}"
     entry = md.last_entry_id + 1
     body = Digester(DigestType.CRC32C, b"").frame(ledger_id, entry, md.last_entry_id, md.length + 4, b"late")
     takes_adds = set()

@@ -47,7 +47,7 @@ def assert_fenced_unless_it_closed_itself(c, ledger_id: int, writer: Agent) -> N
     writer's own handle refuses later appends, and check_ledger saw no ack past the end)."""
     fails = writer.events("fail")
     if not (fails and fails[0][0] == "NotEnoughBookiesError"):
-        assert_fenced_on_every_bookie(c, ledger_id)
+        assert_fenced_on_every_bookie(c, ledger_id, writer)
 
 
 def fails_after(agent: Agent, index: int) -> int:
@@ -193,7 +193,7 @@ def test_writer_cut_from_zookeeper_in_the_middle_of_an_ensemble_change(multihost
         assert max(writer.acked()) <= end
         reader = Agent(hosts[1], "read", cluster.connect_string, ledger_id)
         check_ledger(c, ledger_id, writer.acked(), [reader])
-        assert_fenced_on_every_bookie(c, ledger_id)
+        assert_fenced_on_every_bookie(c, ledger_id, writer)
         writer.stop()
         check_placement(cluster)
     finally:
