@@ -19,9 +19,9 @@ SECONDS = 5.0
 sb = module_cluster(3, "One cluster of three bookies for the module.")
 
 
-def _offer(writer: object, per_s: float, seconds: float, size: int) -> tuple[int, list]:
+def _offer(writer: object, per_s: float, seconds: float, size: int, grace_s: float = 0.0) -> tuple[int, list]:
     """write_async at `per_s` for `seconds`, 100 records at a time, open loop; (records
-    acknowledged by the end, their futures)."""
+    acknowledged by the end, or `grace_s` after it, their futures)."""
     futs = []
     t0 = time.monotonic()
     for chunk in range(int(per_s * seconds) // 100):
@@ -30,7 +30,7 @@ def _offer(writer: object, per_s: float, seconds: float, size: int) -> tuple[int
             time.sleep(delay)
         for i in range(chunk * 100, chunk * 100 + 100):
             futs.append(writer.write_async(i.to_bytes(8, "little") + b"r" * (size - 8)))   # type: ignore[attr-defined]
-    end = t0 + seconds
+    end = t0 + seconds + grace_s
     time.sleep(max(0.0, end - time.monotonic()))
     return sum(1 for f in futs if f.done() and f.exception() is None), futs
 
@@ -59,7 +59,10 @@ def test_a_rate_set_on_a_namespace_in_use_slows_its_writer_over_grpc(sb) -> None
     with LedgerClient(sb.connect_string, config=cfg) as c:
         ns = c.create_namespace("rated-bytes")
         with ns.open_writer("s") as w:
-            free, futs = _offer(w, 20_000, 1.0, 100)   # unlimited: all of it, at once
+            # Unlimited: all of it. The last records are offered at the end of the second, so their acks
+            # get 0.5 s more (on a busy host 10% of them came later than the second itself). A writer
+            # wrongly held to the rate set below would have at most 15,000 acked by then.
+            free, futs = _offer(w, 20_000, 1.0, 100, grace_s=0.5)
             _all_written(w, futs)
             assert free >= 0.9 * 20_000
             ns.update_settings(write_rate_bytes_per_s=rate_bytes)   # 10,000 records of 100 bytes a second
