@@ -45,7 +45,21 @@ def gc_paused() -> Iterator[None]:
     try:
         yield
     finally:
+        _age_young()
         gc.enable()
+
+
+def _age_young() -> None:
+    """Move every object the collector tracks to its oldest generation, without examining them.
+    Re-enabled, the collector would at once walk every object made during the pause: the records
+    are tuple subclasses, which it never untracks, and walking 200,000 of them for 100,000 records
+    took 0.22-0.27 us per record, a third of what building them costs; they are then freed by
+    their reference counts, long before a collection of the oldest generation would look at them.
+    ``gc.freeze()`` then ``gc.unfreeze()`` does that move in constant time. Skipped when the
+    process froze objects of its own (``gc.get_freeze_count()``), which unfreeze would let go."""
+    if gc.get_freeze_count() == 0:
+        gc.freeze()
+        gc.unfreeze()
 
 
 BINARY_BYTES_MAX = (1 << 31) - 1   # int32 offsets of Arrow's `binary`
