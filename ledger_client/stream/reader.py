@@ -31,7 +31,7 @@ from .dlsn import DLSN, LogRecord
 from .meta import check_names
 from .subscriptions import as_position, check_subscription, open_position
 from .tail import Tail
-from .tiered import read_tiered_batch
+from .tiered import read_tiered_batch, step_entries
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -42,7 +42,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 READ_AHEAD_BATCHES = 8          # decoded batches waiting for the caller (each up to CHUNK_ENTRIES entries)
-TIERED_CHUNK_ENTRIES = 256      # entries per read of a tiered segment (one Delta scan each)
 CHUNK_ENTRIES = 16              # entries per range read (record sets of up to output_buffer_bytes each)
 LONG_POLL_MS = 200              # how long a poll at the tail waits before the metadata is read again
 IDLE_POLL_S = (0.005, 0.2)      # waiting for a new segment: from, up to (doubling)
@@ -283,7 +282,7 @@ class StreamReader:
         """An item past the txid floor of ``start_txid`` (txids never decrease: the floor holds
         until the first record that passes it): entries read from a ledger decoded in the form
         asked; a tiered segment's rows as they are, Arrow, of which read_batch turns into records
-        only the part it returns (up to TIERED_CHUNK_ENTRIES entries come at once)."""
+        only the part it returns (a step of tiered.step_entries entries comes at once)."""
         batch = (item.arrow() if arrow else item.records()) if isinstance(item, Chunk) else item
         floor = self._min_txid
         if floor is None or not len(batch):
@@ -430,10 +429,10 @@ class StreamReader:
                      f"stream {self.ns.name}/{self.name}")
 
     def _deliver_tiered(self, seg: SegmentMeta, pos: DLSN, tb: tuple[int, int, int] | None) -> tuple[DLSN, bool, bool]:
-        """A segment in Delta, TIERED_CHUNK_ENTRIES entries per step (a batch stays small)."""
+        """A segment in Delta, one scan of tiered.step_entries entries per step."""
         if pos.entry_id > seg.last_entry_id:
             return DLSN(seg.sequence + 1, 0, 0), True, False
-        last = min(seg.last_entry_id, pos.entry_id + TIERED_CHUNK_ENTRIES - 1)
+        last = min(seg.last_entry_id, pos.entry_id + step_entries(seg) - 1)
         start = max(pos, DLSN(*tb)) if tb else pos
         batch = read_tiered_batch(seg, self.ns.name, self.name, start, last)
         if batch.num_rows and not self._put(batch):

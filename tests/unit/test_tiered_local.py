@@ -11,6 +11,7 @@ import pytest
 from deltalake import DeltaTable, WriterProperties, write_deltalake
 
 from ledger_client.stream import tiered, tiered_local
+from metadata.streams import SegmentMeta, SegmentState
 
 pytestmark = pytest.mark.unit
 
@@ -85,3 +86,17 @@ def test_only_local_tables_are_read_by_pyarrow():
     assert tiered_local.local_root("s3://bucket/t") is None
     assert tiered_local.segment_dataset("s3://bucket/t", 0, 1) is None
     assert tiered_local.local_root("file:///data/t%20x/") == "/data/t x"
+
+
+def _sealed(entries: int, records: int, payload_bytes: int) -> SegmentMeta:
+    return SegmentMeta(1, None, SegmentState.TIERED, 0, last_txid=records - 1, last_entry_id=entries - 1,
+                       record_count=records, bytes=payload_bytes)
+
+
+def test_a_readers_step_follows_the_segments_counts():
+    """Steps of about two row groups of small records, few entries of large ones, a default when
+    the metadata has no counts."""
+    assert tiered.step_entries(_sealed(5_200, 1_000_000, 112_083_200)) == 681      # 100-byte records
+    assert tiered.step_entries(_sealed(100, 100, 100 << 20)) == 16                 # 1 MiB records
+    assert tiered.step_entries(_sealed(3, 3, 3 << 30)) == 1                        # 1 GiB records
+    assert tiered.step_entries(_sealed(0, 0, 0)) == tiered.STEP_ENTRIES_UNKNOWN
