@@ -17,7 +17,7 @@ from metadata.streams import SegmentMeta
 from .. import errors
 from .chunks import arrow_schema, arrow_to_records
 from .dlsn import DLSN, LogRecord
-from .tiered_local import segment_dataset, table_schema
+from .tiered_local import logged_row_count, segment_dataset, table_schema
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -104,10 +104,14 @@ def _in_dlsn_order(rows: pa.Table) -> bool:
 
 
 def tiered_row_count(table: str, version: int, stream: str, segment: int) -> int:
-    """How many rows the table holds for the segment (a scan of two columns, no payloads)."""
+    """How many rows the table holds for the segment: by the Delta log's counts where its files
+    hold that segment alone (tiered_local.logged_row_count), else by a scan of two columns."""
     try:
         import pyarrow.dataset as ds
 
+        logged = logged_row_count(table, version, stream, segment)
+        if logged is not None:
+            return logged
         data = segment_dataset(table, version, segment)
         if data is None:
             from deltalake import DeltaTable

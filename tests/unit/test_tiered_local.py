@@ -44,6 +44,7 @@ def table(tmp_path):
 def through_delta_rs(monkeypatch, fn, *args):
     with monkeypatch.context() as m:
         m.setattr(tiered, "segment_dataset", lambda *a: None)
+        m.setattr(tiered, "logged_row_count", lambda *a: None)
         return fn(*args)
 
 
@@ -60,6 +61,22 @@ def test_same_rows_as_through_delta_rs(table, monkeypatch, stream, segment, firs
         through_delta_rs(monkeypatch, tiered.tiered_row_count, table, 3, stream, segment)
 
 
+def test_a_segment_alone_in_its_files_is_counted_by_the_log(table):
+    """The log's counts where a segment's files hold it alone; a scan where they hold another
+    stream's rows too, or where a name is long enough for a writer to cut its statistics."""
+    assert tiered_local.logged_row_count(table, 3, "ns/a", 1) == 40 * 3
+    assert tiered_local.logged_row_count(table, 3, "ns/b", 1) == 30 * 3
+    assert tiered_local.logged_row_count(table, 3, "ns/a", 2) == 25 * 3
+    assert tiered_local.logged_row_count(table, 3, "ns/c", 1) == 0         # files of ns/a and ns/b alone
+    assert tiered_local.logged_row_count(table, 3, "ns/a", 3) is None      # mixed with ns/b's rows
+    assert tiered_local.logged_row_count(table, 3, "ns/a", 4) == 0         # no file may hold it
+    long_name = "ns/" + "x" * 29
+    path = table + "-long"
+    write_deltalake(path, rows(long_name, 1, range(0, 4)))
+    assert tiered_local.logged_row_count(path, 0, long_name, 1) is None
+    assert tiered.tiered_row_count(path, 0, long_name, 1) == 12
+
+
 def test_a_version_reads_only_its_snapshot(table):
     assert tiered.read_tiered_arrow(table, 1, "ns/a", 2).num_rows == 0   # segment 2 came with version 2
     assert tiered.read_tiered_arrow(table, 2, "ns/a", 2).num_rows == 25 * 3
@@ -68,9 +85,10 @@ def test_a_version_reads_only_its_snapshot(table):
 def test_files_are_pruned_by_the_logs_statistics(table):
     dt = DeltaTable(table, version=3)
     assert len(dt.file_uris()) == 4
-    assert len(tiered_local.local_files(dt, 2) or []) == 1
-    assert len(tiered_local.local_files(dt, 1) or []) == 2   # ns/a's and ns/b's segment 1
-    assert tiered_local.local_files(dt, 4) == []
+    files = tiered_local.local_files(dt) or []
+    assert len(tiered_local.segment_files(files, 2)) == 1
+    assert len(tiered_local.segment_files(files, 1)) == 2   # ns/a's and ns/b's segment 1
+    assert tiered_local.segment_files(files, 4) == []
 
 
 def test_a_table_written_again_at_its_path_is_read_again(table):
