@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from .dlsn import DLSN, LogRecord
-from .records import columns
+from .records import HEADER, HEADER_BYTES, columns
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -30,36 +30,41 @@ _NEW_DLSN = partial(tuple.__new__, DLSN)
 _NEW_RECORD = partial(tuple.__new__, LogRecord)
 
 
+AGE_MIN_RECORDS = 20_000   # a build at least this big moves what it made to the oldest generation
+
+
 @contextmanager
-def gc_paused() -> Iterator[None]:
-    """Python's cyclic collector off while a batch of records is built. Each record is two new
-    tuples the collector tracks, so building 100,000 of them set off collections that walked every
-    live object again and again: a catch-up read_batch took 1.30 us of CPU per record with the
-    collector on and 0.59-0.66 with it paused (730,000 -> 1,500,000 records/s). Records hold no
-    cycles; nothing is left for the collector. A collector that is already off (the caller's
-    choice) is left off; one this pause turned off is turned on again, whatever happens."""
+def gc_paused(records: int = 0) -> Iterator[None]:
+    """Python's cyclic collector off while a batch of ``records`` records is built. Each record is
+    two new tuples the collector tracks, so building 100,000 of them set off collections that
+    walked every live object again and again: a catch-up read_batch took 1.30 us of CPU per record
+    with the collector on and 0.59-0.66 with it paused (730,000 -> 1,500,000 records/s). Records
+    hold no cycles; nothing is left for the collector. A collector that is already off (the
+    caller's choice) is left off; one this pause turned off is turned on again, whatever happens.
+
+    Re-enabled, the collector would at once walk every object made during the pause: records and
+    DLSNs are tuple subclasses, which it never untracks, and the walk for 100,000 records took
+    0.22-0.27 us per record, a third of what building them costs, for objects their reference
+    counts free soon after. So a build of AGE_MIN_RECORDS or more first collects the young
+    generations (the caller's own recent objects are examined as always), then moves what the
+    build made to the oldest generation unexamined: ``gc.freeze()`` and ``gc.unfreeze()``, in
+    constant time. Not for small builds (a tailing reader's), so a process reading a record at a
+    time keeps its young collections; not when the process froze objects of its own, which
+    ``gc.unfreeze()`` would let go."""
     if not gc.isenabled():
         yield
         return
+    age = records >= AGE_MIN_RECORDS and gc.get_freeze_count() == 0
+    if age:
+        gc.collect(1)
     gc.disable()
     try:
         yield
     finally:
-        _age_young()
+        if age:
+            gc.freeze()
+            gc.unfreeze()
         gc.enable()
-
-
-def _age_young() -> None:
-    """Move every object the collector tracks to its oldest generation, without examining them.
-    Re-enabled, the collector would at once walk every object made during the pause: the records
-    are tuple subclasses, which it never untracks, and walking 200,000 of them for 100,000 records
-    took 0.22-0.27 us per record, a third of what building them costs; they are then freed by
-    their reference counts, long before a collection of the oldest generation would look at them.
-    ``gc.freeze()`` then ``gc.unfreeze()`` does that move in constant time. Skipped when the
-    process froze objects of its own (``gc.get_freeze_count()``), which unfreeze would let go."""
-    if gc.get_freeze_count() == 0:
-        gc.freeze()
-        gc.unfreeze()
 
 
 BINARY_BYTES_MAX = (1 << 31) - 1   # int32 offsets of Arrow's `binary`
@@ -93,8 +98,13 @@ class Chunk:
         return s.slot
 
     def records(self) -> list[LogRecord]:
-        with gc_paused():
+        with gc_paused(self._records_held()):
             return self._records()
+
+    def _records_held(self) -> int:
+        """Records in the chunk's entries by their headers (a guess for gc_paused: columns()
+        checks each record set when it is decoded)."""
+        return sum(HEADER.unpack_from(data)[3] for _, data in self.entries if len(data) >= HEADER_BYTES)
 
     def _records(self) -> list[LogRecord]:
         out: list[LogRecord] = []
@@ -182,6 +192,6 @@ def arrow_to_records(rb: pa.RecordBatch) -> list[LogRecord]:
     to ``read_batch``): records built as ``Chunk.records`` builds them, without a Python call each."""
     segments, entries, slots, txids = (rb.column(i).to_numpy(zero_copy_only=False).tolist() for i in range(4))
     payloads = rb.column(4).to_pylist()
-    with gc_paused():
+    with gc_paused(rb.num_rows):
         dlsns = map(_NEW_DLSN, zip(segments, entries, slots, strict=True))
         return list(map(_NEW_RECORD, zip(dlsns, txids, payloads, strict=True)))

@@ -146,23 +146,35 @@ def test_records_are_built_with_the_collector_paused_and_it_comes_back_as_it_was
 
 
 def test_records_built_in_a_pause_are_not_walked_by_the_collector_after_it():
-    """What the pause made goes to the collector's oldest generation, unexamined (a walk of every
-    record at once was a third of read_batch's cost), unless the process froze objects of its own:
-    those stay frozen."""
+    """What a big build made goes to the collector's oldest generation unexamined (a walk of every
+    record at once was a third of read_batch's cost); the caller's own garbage from before it is
+    still collected young; a small build (a tailing reader's) and a process that froze objects of
+    its own keep the collector as it was."""
     import gc
+    import weakref
 
-    from ledger_client.stream.chunks import gc_paused
+    from ledger_client.stream.chunks import AGE_MIN_RECORDS, gc_paused
 
-    with gc_paused():
-        built = [DLSN(1, i, 0) for i in range(50_000)]   # tuple subclasses: tracked, never untracked
+    class Node:
+        pass
+
+    cycle = Node()
+    cycle.me = cycle   # type: ignore[attr-defined]
+    gone = weakref.ref(cycle)
+    del cycle
+    with gc_paused(AGE_MIN_RECORDS):
+        built = [DLSN(1, i, 0) for i in range(AGE_MIN_RECORDS)]   # tuple subclasses: never untracked
     oldest = {id(o) for o in gc.get_objects(generation=2)}
+    assert gone() is None, "the caller's cyclic garbage went unexamined to the oldest generation"
     assert gc.is_tracked(built[-1]) and id(built[-1]) in oldest and id(built[0]) in oldest
-    assert gc.get_freeze_count() == 0
+    with gc_paused(AGE_MIN_RECORDS - 1):
+        small = [DLSN(1, i, 0) for i in range(AGE_MIN_RECORDS)]
+    assert id(small[-1]) not in {id(o) for o in gc.get_objects(generation=2)}
     gc.freeze()
     try:
         frozen = gc.get_freeze_count()
-        with gc_paused():
-            more = [DLSN(1, i, 0) for i in range(50_000)]
+        with gc_paused(AGE_MIN_RECORDS):
+            more = [DLSN(1, i, 0) for i in range(AGE_MIN_RECORDS)]
         assert gc.get_freeze_count() == frozen and id(more[-1]) not in {id(o) for o in gc.get_objects(generation=2)}
     finally:
         gc.unfreeze()
