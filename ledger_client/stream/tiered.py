@@ -80,14 +80,12 @@ def _stream_rows(rows: pa.Table, stream: str) -> pa.Table:
     import pyarrow.compute as pc
 
     names = rows.column("stream")
-    if names.null_count == 0:
-        if pa.types.is_dictionary(names.type) and all(
-                pc.all(pc.equal(c.dictionary, stream)).as_py() is not False for c in names.chunks):
-            return rows
-        keep = pc.equal(names, stream)
-        if pc.all(keep).as_py():
-            return rows
-    return rows.filter(pc.equal(names, stream))   # a row without a name is no stream's
+    whole = names.null_count == 0   # a row without a name is no stream's: filter drops it
+    if whole and pa.types.is_dictionary(names.type) and all(
+            pc.all(pc.equal(c.dictionary, stream)).as_py() is not False for c in names.chunks):
+        return rows
+    keep = pc.equal(names, stream)
+    return rows if whole and pc.all(keep).as_py() else rows.filter(keep)
 
 
 def _in_dlsn_order(rows: pa.Table) -> bool:
