@@ -93,12 +93,16 @@ class ClusterStore:
         return self._nodes.secure_tree(self._paths.root)
 
     # -- bookie registration -------------------------------------------------------------------
-    def register_bookie(self, bookie_id: str, *, readonly: bool, data: bytes = b"", wait_ms_max: int) -> None:
+    def register_bookie(self, bookie_id: str, *, readonly: bool, data: bytes = b"", wait_ms_max: int,
+                        left_by_dead: Callable[[bytes], bool] | None = None) -> None:
         """Create the ephemeral ``available[/readonly]/<id>`` node and keep it across sessions.
 
         A node left by a dead process lives until its session times out, so a conflicting node
-        is waited for (up to ``wait_ms_max``) before NodeExistsError. After a session is LOST the
-        store re-creates its registrations on the new session by itself.
+        is waited for (up to ``wait_ms_max``) before NodeExistsError, unless ``left_by_dead`` says
+        from its data that the process which wrote it is gone (the bookie knows its own
+        predecessor on its own machine): that node is deleted (CAS on its version) and claimed at
+        once. After a session is LOST the store re-creates its registrations on the new session by
+        itself.
         """
         path = self._paths.bookie(bookie_id, readonly=readonly)
         give_up = time.monotonic() + wait_ms_max / 1000
@@ -112,6 +116,8 @@ class ClusterStore:
                     # after that change may have missed it: run it again
                     self._nodes.worker.submit(self._ensure_registrations)
                 return
+            if status == "foreign" and left_by_dead is not None and self._remove_if_dead(path, left_by_dead):
+                continue
             remaining = give_up - time.monotonic()
             if remaining <= 0:
                 raise NodeExistsError(
@@ -120,6 +126,21 @@ class ClusterStore:
                     f"with this id? (a killed bookie's node lasts until its session times out)"
                 )
             self._await_change(path, min(_POLL_S, remaining))
+
+    def _remove_if_dead(self, path: str, left_by_dead: Callable[[bytes], bool]) -> bool:
+        """Delete ``path`` if its writer is known dead; whether to try claiming it again now."""
+        got = self._nodes.get(path)
+        if got is None:
+            return True
+        value, version, owner = got
+        if owner is None or owner == self._nodes.session() or not left_by_dead(value):
+            return False
+        try:
+            self._nodes.delete(path, version, retry=False)
+        except (NoNodeError, BadVersionError):
+            pass   # gone or rewritten meanwhile: claim (or look) again
+        log.info("removed %s: left by a process of this bookie that is no longer running (session %x)", path, owner)
+        return True
 
     def _await_change(self, path: str, timeout_s: float) -> None:
         """Wait up to ``timeout_s`` for ``path`` to change (or go)."""

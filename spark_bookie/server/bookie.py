@@ -38,6 +38,7 @@ from spark_bookie.server.cookie import Cookie, normalize_dirs, verify_or_create
 from spark_bookie.server.disk import DiskMonitor, DiskState, LedgerDiskRoom
 from spark_bookie.server.metrics import BookieMetrics, BookieProbes
 from spark_bookie.server.namespace_view import NamespaceView
+from spark_bookie.server.process_identity import this_process, written_by_dead_process
 from spark_bookie.server.processor import RequestProcessor
 from spark_bookie.server.service import BookieServicer, grpc_options
 from spark_bookie.server.tcp_listener import TcpListener, start_tcp_listener
@@ -311,7 +312,7 @@ class Bookie:
         # bookie (LedgerClient.confirm_admin must then not take silence for an open cluster).
         return json.dumps({"id": self.bookie_id, "address": self.address, "add_port": self.add_port,
                            "network_location": self.config.network_location, "bookie_group": self.config.bookie_group,
-                           "auth": "token" if self.config.auth_enabled else "none"}).encode()
+                           "auth": "token" if self.config.auth_enabled else "none", **this_process()}).encode()
 
     def _register(self, read_only: bool) -> None:
         with self._reg_lock:
@@ -322,7 +323,8 @@ class Bookie:
             # at no moment is the bookie in neither list, so an auditor never sees it lost.
             self.metadata.cluster.register_bookie(self.bookie_id, readonly=read_only,
                                                   data=self._registration_data(),
-                                                  wait_ms_max=self.config.registration_wait_ms_max)
+                                                  wait_ms_max=self.config.registration_wait_ms_max,
+                                                  left_by_dead=written_by_dead_process)
             if prev is not None:
                 self.metadata.cluster.unregister_bookie(self.bookie_id, readonly=prev)
             self._registered_read_only = read_only
