@@ -321,7 +321,7 @@ def test_random_faults_against_writers_and_recoveries(multihost, seed) -> None:
     hosts = cluster.hosts
     c = client(cluster)
     try:
-        for round_no in range(4):
+        for round_no in range(3):   # each run draws a new seed: the schedules add up across runs
             e, qw, qa = rng.choice(QUORUMS)
             # A bookie whose ZooKeeper session a cut ended registers again once healed; the next
             # writer creates its ledger at once and needs them (seed 208202509 started it too soon).
