@@ -27,7 +27,7 @@ SESSION_GONE_S = 8
 def test_read_only_bookie_is_not_treated_as_lost(cluster_factory, tmp_path):
     conf = write_autorecovery_conf(tmp_path / "autorecovery.toml")
     sb = cluster_factory(4, autorecovery_enabled=True, autorecovery_conf=str(conf))
-    sb.store.underreplication.set_lost_bookie_recovery_delay_s(10)   # covers the restart below, not the wait after it
+    sb.store.underreplication.set_lost_bookie_recovery_delay_s(5)   # covers the restart below, not the wait after it
     with client(sb) as c:
         lids = [write_ledger(c, ENTRIES, close=True)[0] for _ in range(3)]
         b = bookie_of(sb, c.ledger_metadata(lids[0]).ensembles[0][0])
@@ -39,7 +39,7 @@ def test_read_only_bookie_is_not_treated_as_lost(cluster_factory, tmp_path):
         sb.restart(b)
         wait_until(lambda: b.bookie_id in sb.store.cluster.list_bookies(readonly=True)
                    and b.bookie_id not in sb.store.cluster.list_bookies(), 30, "read-only registration only")
-        time.sleep(14)   # past the delay counted from the restart's gap
+        time.sleep(7)   # past the delay counted from the restart's gap
         assert sb.store.underreplication.list_underreplicated() == {}
         assert ledgers_naming(sb.store, b.bookie_id) == named_before
         r = c.open_ledger(lids[0], b"", recovery=False)   # and it still serves its data
