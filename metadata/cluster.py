@@ -116,8 +116,12 @@ class ClusterStore:
                     # after that change may have missed it: run it again
                     self._nodes.worker.submit(self._ensure_registrations)
                 return
-            if status == "foreign" and left_by_dead is not None and self._remove_if_dead(path, left_by_dead):
-                continue
+            if status == "foreign" and left_by_dead is not None:
+                removed = self._remove_if_dead(path, left_by_dead)
+                if removed is None:
+                    left_by_dead = None   # could not delete it: wait for its session, and say so once
+                elif removed:
+                    continue
             remaining = give_up - time.monotonic()
             if remaining <= 0:
                 raise NodeExistsError(
@@ -127,8 +131,9 @@ class ClusterStore:
                 )
             self._await_change(path, min(_POLL_S, remaining))
 
-    def _remove_if_dead(self, path: str, left_by_dead: Callable[[bytes], bool]) -> bool:
-        """Delete ``path`` if its writer is known dead; whether to try claiming it again now."""
+    def _remove_if_dead(self, path: str, left_by_dead: Callable[[bytes], bool]) -> bool | None:
+        """Delete ``path`` if its writer is known dead; whether to try claiming it again now (None:
+        it is dead but could not be deleted)."""
         got = self._nodes.get(path)
         if got is None:
             return True
@@ -138,7 +143,10 @@ class ClusterStore:
         try:
             self._nodes.delete(path, version, retry=False)
         except (NoNodeError, BadVersionError):
-            pass   # gone or rewritten meanwhile: claim (or look) again
+            return True   # gone or rewritten meanwhile: claim (or look) again
+        except MetadataError as e:   # e.g. not ours to delete: wait for the session, as without the hint
+            log.warning("could not remove %s, left by a dead process: %s; waiting for its session to end", path, e)
+            return None
         log.info("removed %s: left by a process of this bookie that is no longer running (session %x)", path, owner)
         return True
 

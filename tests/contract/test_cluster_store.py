@@ -97,6 +97,28 @@ def test_stale_registration_of_a_dead_process_is_waited_for(backend: Backend, st
     assert store.cluster.list_bookies() == ["b:1"]
 
 
+def test_a_stale_registration_known_to_be_left_by_the_dead_is_taken_over(backend: Backend,
+                                                                         store: MetadataStore) -> None:
+    """``left_by_dead`` sees the node's data; a node it calls dead is replaced at once by ours,
+    which then outlives the dead session (its expiry must not take our node with it)."""
+    kill = backend.hold_registration("b:1")
+    kill()
+    seen: list[bytes] = []
+
+    def dead(data: bytes) -> bool:
+        seen.append(data)
+        return True
+
+    started = time.monotonic()
+    store.cluster.register_bookie("b:1", readonly=False, data=b"new", wait_ms_max=20_000, left_by_dead=dead)
+    assert time.monotonic() - started < 1.5   # under the old session's 2 s timeout
+    assert seen == [b""]   # what the holder wrote
+    time.sleep(3)   # past the dead session's expiry
+    assert store.cluster.list_bookies() == ["b:1"]
+    with pytest.raises(NodeExistsError):   # and the new node is a live one's: respected like any other
+        backend.make().cluster.register_bookie("b:1", readonly=False, wait_ms_max=0, left_by_dead=lambda _d: False)
+
+
 def test_registration_comes_back_after_session_expiry(backend: Backend, store: MetadataStore) -> None:
     events = Recorder()
     store.add_session_listener(events)
