@@ -331,7 +331,7 @@ def test_random_faults_against_writers_and_recoveries(multihost, seed) -> None:
             for _ in range(rng.randint(2, 5)):
                 did = random_fault(rng, cluster, list(hosts))
                 print(f"round {round_no} ledger {ledger_id} E{e}/Qw{qw}/Qa{qa}: {did}")
-                time.sleep(rng.uniform(0.5, 4.0))  # the seeded schedule is the test
+                time.sleep(rng.uniform(0.3, 2.5))  # the seeded schedule is the test
                 if rng.random() < 0.4:
                     hosts.faults.heal()
             recoverer = Agent(hosts[7], "read", cluster.connect_string, ledger_id, "--recover")

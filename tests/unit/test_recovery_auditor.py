@@ -83,7 +83,7 @@ def test_bookie_back_within_the_delay_and_read_only_bookies_are_not_lost(cluster
         bookies.cluster.unregister_bookie(B, readonly=False)
         time.sleep(0.5)
         bookies.cluster.register_bookie(B, readonly=False, wait_ms_max=0)    # a quick restart
-        time.sleep(4)
+        time.sleep(3)   # a second past the delay
         assert store.underreplication.list_underreplicated() == {}
         assert a.tracker.pending == {}
     finally:
@@ -96,7 +96,7 @@ def test_second_lost_bookie_cuts_the_delay_short(cluster):
     a = start_auditor(store)
     try:
         bookies.cluster.unregister_bookie(A, readonly=False)
-        time.sleep(2.5)
+        time.sleep(1.5)
         assert store.underreplication.list_underreplicated() == {}   # one bookie: the delay holds
         bookies.cluster.unregister_bookie(E, readonly=False)
         wait_until(lambda: len(store.underreplication.list_underreplicated()) == 2, 10, "marks of both bookies")
@@ -128,7 +128,7 @@ def test_nothing_is_marked_while_replication_is_disabled(cluster):
     auditor.start()
     try:
         bookies.cluster.unregister_bookie(B, readonly=False)
-        time.sleep(2.5)
+        time.sleep(1.5)
         assert store.underreplication.list_underreplicated() == {} and auditor.stats.audits == 0
         bookies.underreplication.set_replication_enabled(True)
         wait_until(lambda: len(store.underreplication.list_underreplicated()) == 2, 10, "marks once enabled")
