@@ -2,12 +2,13 @@
 
 A SIGKILLed bookie's ephemeral registration stays until its ZooKeeper session times out, and a
 bookie restarted with the same id used to wait that long (10 s by default) before it could serve.
-The node now carries the writing process's identity: the machine's boot id, the pid and the pid's
-start time (pids are reused, start times within one boot are not). A bookie that finds its id
-registered by a process of this boot that no longer runs (or whose pid now belongs to another
-process) removes the node and registers at once. Anything else (another machine, another boot, a
-live process, a node without these fields, a system without /proc) is waited for as before: only
-a process that is certainly dead is taken over, so two live bookies never share an id.
+The node now carries the writing process's identity: the machine's boot id, its PID namespace,
+the pid and the pid's start time (pids are reused, start times within one boot are not). A bookie
+that finds its id registered by a process of this boot and PID namespace that no longer runs (or
+whose pid now belongs to another process) removes the node and registers at once. Anything else
+(another machine, boot or container, a live process, a node without these fields, a system
+without /proc) is waited for as before: only a process that is certainly dead is taken over, so
+two live bookies never share an id.
 """
 
 from __future__ import annotations
@@ -27,6 +28,15 @@ def boot_id() -> str | None:
         return None
 
 
+def pid_namespace() -> str | None:
+    """This process's PID namespace (``pid:[inode]``): pids of another namespace (another
+    container on the same machine) say nothing about processes here."""
+    try:
+        return os.readlink(PROC / "self/ns/pid")
+    except OSError:
+        return None
+
+
 def start_ticks(pid: int) -> int | None:
     """The process's start time in clock ticks since boot (field 22 of /proc/<pid>/stat); None if
     no such process (or no /proc)."""
@@ -42,23 +52,23 @@ def start_ticks(pid: int) -> int | None:
 
 def this_process() -> dict[str, Any]:
     """The fields a registration carries about its writer (empty where /proc is missing)."""
-    boot, pid = boot_id(), os.getpid()
+    boot, ns, pid = boot_id(), pid_namespace(), os.getpid()
     started = start_ticks(pid)
-    if boot is None or started is None:
+    if boot is None or ns is None or started is None:
         return {}
-    return {"boot_id": boot, "pid": pid, "pid_started": started}
+    return {"boot_id": boot, "pid_ns": ns, "pid": pid, "pid_started": started}
 
 
 def written_by_dead_process(data: bytes) -> bool:
     """Whether the registration ``data`` was written by a process of this machine's current boot
-    that is no longer running. False whenever that is not certain."""
+    and this PID namespace that is no longer running. False whenever that is not certain."""
     try:
         said = json.loads(data)
-        boot, pid, started = said["boot_id"], int(said["pid"]), int(said["pid_started"])
+        boot, ns, pid, started = said["boot_id"], said["pid_ns"], int(said["pid"]), int(said["pid_started"])
     except (ValueError, TypeError, KeyError):
         return False
     here = boot_id()
-    if here is None or boot != here or pid == os.getpid():
+    if here is None or boot != here or ns != pid_namespace() or pid == os.getpid():
         return False
     now = start_ticks(pid)
     if now is None:
