@@ -68,7 +68,7 @@ def written_by_dead_process(data: bytes) -> bool:
     except (ValueError, TypeError, KeyError):
         return False
     here = boot_id()
-    if here is None or boot != here or ns != pid_namespace() or pid == os.getpid():
+    if here is None or boot != here or ns != pid_namespace() or pid <= 0 or pid == os.getpid():
         return False
     now = start_ticks(pid)
     if now is None:

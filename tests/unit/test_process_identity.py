@@ -55,6 +55,8 @@ def test_an_exited_process_or_a_reused_pid_is_dead():
     _data(boot_id="another-boot", pid_ns="pid:[1]", pid=2 ** 22 + 1, pid_started=1),   # another machine or boot
     _data(boot_id=None, pid=2 ** 22 + 1, pid_started=1),
     _data(boot_id=pi.boot_id(), pid=2 ** 22 + 1, pid_started=1),   # no namespace said: not certain
+    _data(boot_id=pi.boot_id(), pid_ns=pi.pid_namespace(), pid=0, pid_started=1),   # not a process's pid
+    _data(boot_id=pi.boot_id(), pid_ns=pi.pid_namespace(), pid=-7, pid_started=1),
 ])
 def test_anything_not_certain_is_not_dead(data):
     assert not pi.written_by_dead_process(data)
