@@ -56,6 +56,7 @@ from ledger_client.protocol.checks import invariant
 from metadata import MetadataError, MetadataStore, ZkTls
 from metadata import connect as connect_metadata
 from spark_bookie.errors import SlotBusyError
+from spark_bookie.server.process_identity import stat_fields
 
 log = logging.getLogger(__name__)
 
@@ -199,13 +200,8 @@ def bind_host() -> str:
 
 
 def _parent_pid(pid: int) -> int | None:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    # "pid (comm) state ppid ...": comm may contain spaces and parentheses; split after the last ")".
-    fields = stat.rsplit(")", 1)[-1].split()
-    return int(fields[1]) if len(fields) > 1 else None
+    fields = stat_fields(pid)   # "state ppid ..."
+    return int(fields[1]) if fields is not None and len(fields) > 1 else None
 
 
 def _cmdline(pid: int) -> list[str]:

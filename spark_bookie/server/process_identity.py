@@ -37,15 +37,23 @@ def pid_namespace() -> str | None:
         return None
 
 
-def start_ticks(pid: int) -> int | None:
-    """The process's start time in clock ticks since boot (field 22 of /proc/<pid>/stat); None if
-    no such process (or no /proc)."""
+def stat_fields(pid: int) -> list[str] | None:
+    """The fields of /proc/<pid>/stat after the command name (field 3, the state, first; a name
+    may hold spaces and parentheses, so they start after the last ")"); None if no such process
+    (or no /proc)."""
     try:
         stat = (PROC / str(pid) / "stat").read_text()
     except OSError:
         return None
+    return stat.rsplit(")", 1)[-1].split()
+
+
+def start_ticks(pid: int) -> int | None:
+    """The process's start time in clock ticks since boot (field 22 of /proc/<pid>/stat); None if
+    no such process (or no /proc)."""
+    fields = stat_fields(pid)
     try:
-        return int(stat.rsplit(")", 1)[1].split()[19])
+        return None if fields is None else int(fields[19])
     except (IndexError, ValueError):
         return None
 
