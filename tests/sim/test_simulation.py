@@ -113,8 +113,8 @@ def test_no_spare_schedules(seed: int) -> None:
                      "took a bookie back": sum(o.rejoins > 0 for o in outcomes),
                      "stalled": sum(o.writer_error == "NotEnoughBookiesError" for o in outcomes)})
     print("sim without spares: runs that " + ", ".join(f"{k}: {v}" for k, v in stats.items()))
-    if RUNS >= 100:
-        assert all(v >= RUNS // 50 for v in stats.values()), stats
+    if RUNS >= 100:   # a stall is the rarest outcome (5-19 of 300 schedules): its floor is lower
+        assert all(v >= RUNS // (150 if k == "stalled" else 50) for k, v in stats.items()), stats
 
 
 @pytest.mark.parametrize("seed_", REGRESSION_SEEDS)
