@@ -14,6 +14,27 @@ import ledger_client  # noqa: F401  (before any test module imports grpc: sets g
 
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
+# Tiers whose tests run clusters of processes (bookies, ZooKeepers, Spark) and wait on them: with
+# pytest-xdist (scripts/test: -n 2) they run one after another on one worker, as without it, while
+# the pure-logic tiers (unit, sim, contract) run on the other: on CI's two cores those ~130 s of
+# CPU-bound tests then overlap the clusters' waits instead of adding to them.
+SERIAL_TIERS = frozenset({"integration", "spark"})
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    """Tests of SERIAL_TIERS as one unit of work, every other test as a unit of its own. (Not
+    ``--dist loadgroup``: xdist 3.8 marks a group by rewriting ``item._nodeid``, which pytest 9
+    no longer reads.)"""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ClustersInTurn(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            parts = nodeid.split("/", 2)
+            return "clusters" if len(parts) > 2 and parts[0] == "tests" and parts[1] in SERIAL_TIERS else nodeid
+
+    return ClustersInTurn(config, log)
+
 
 @pytest.fixture(scope="session")
 def zk_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
@@ -61,3 +82,4 @@ def cluster_factory(zk_connect: str, tmp_path: Path) -> Iterator[object]:
     yield make
     for sb in made:
         sb.stop()
+
