@@ -75,6 +75,7 @@ class SimWriter:
         self.rejoined: dict[str, int] = {}
         self.stall_since: float | None = None
         self.conns: dict[str, _Connection] = {}
+        self.in_flight_at_death: set[tuple[int, str]] = set()   # (entry, bookie) unanswered when it died
         self.ticking = False
         self.timeouts = 0
         self.delays = 0

@@ -125,7 +125,9 @@ def test_regression_seeds(seed_: int) -> None:
 # Schedules without spares that once broke an invariant: 3273427636 took a slow bookie back, resent
 # it an entry it never acknowledged, then delayed it again with that entry's fragment finished and
 # died before closing: nothing marked the ledger under-replicated for it (now delay_change does).
-NO_SPARE_REGRESSION_SEEDS = [3273427636]
+# 69487483 was a false alarm of the check itself: the writer took a bookie back, resent it an entry
+# and died waiting for its answer, an ack owed at a writer's death (now exempt: sim_run.check_marks).
+NO_SPARE_REGRESSION_SEEDS = [3273427636, 69487483]
 
 
 @pytest.mark.parametrize("seed_", NO_SPARE_REGRESSION_SEEDS)
