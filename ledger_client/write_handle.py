@@ -34,7 +34,7 @@ from .machines import AddState, Completion, Send
 from .protocol import bookkeeper_pb2 as pb
 from .protocol.framing import Digester
 from .transport import TRANSPORT_FAILURE, status_error
-from .write_timing import BookieProbes, SendClock
+from .write_timing import BookieProbes, SendClock, StallClock, late_bookies
 
 if TYPE_CHECKING:
     from .core import LedgerCore
@@ -84,7 +84,7 @@ class WriteHandle:
         self._back: set[str] = set()           # delayed bookies that answered: the next change takes them back
         self._rejoin_at = 0.0
         self._rejoining = False
-        self._stall_since: float | None = None
+        self._stall = StallClock()
 
     # ------------------------------------------------------------------ public surface
 
@@ -322,7 +322,7 @@ class WriteHandle:
             short = self._sm.take_short()
             self._probes.rejoined(back - delayed)
             self._probes.schedule(delayed, self._sm.delayed, now)
-            self._stall_since = None
+            self._stall.reset()
             again = self._sm.changing
         log.info("ledger %d: fragment %d is now %s%s%s", self.ledger_id, key, new,
                  f" ({sorted(back - delayed)} back)" if back - delayed else "",
@@ -481,8 +481,8 @@ class WriteHandle:
                 return
             sm = self._sm
             self._send_clock.tick(sm.next_entry_id, now, limit)
-            late = self._late(now, limit)
-            stalled = self._stalled(now)
+            late = late_bookies(sm, self._sent_at, self._send_clock, now, limit)
+            stalled = self._stall.due(sm, now, self._client.config.operation_timeout_ms / 1000)
             rejoin = bool(sm.delayed) and not sm.changing and not self._rejoining and now >= self._rejoin_at
             self._rejoining = self._rejoining or rejoin
         for b in late:
@@ -491,35 +491,6 @@ class WriteHandle:
             self._client.run_soon(functools.partial(self._give_up, self._stall_error()))
         if rejoin:
             self._client.run_soon(self._try_rejoin)
-
-    def _late(self, now: float, limit: float) -> set[str]:
-        """Under the lock: bookies owing an ack for an entry sent `limit` seconds ago or more."""
-        sm = self._sm
-        live = set(sm.ensemble) - sm.failed - sm.delayed
-        late: set[str] = set()
-        for eid, t in self._sent_at.items():
-            if now - t < limit or late >= live:
-                break
-            late.update(sm.unacked(eid))
-        for b, (eid, _newest) in sm.owed.items():
-            sent = self._send_clock.sent_before(eid)
-            if b in live and sent is not None and now - sent >= limit:
-                late.add(b)
-        return late
-
-    def _stalled(self, now: float) -> bool:
-        """Under the lock: appends have waited the operation timeout for lack of bookies (a write
-        set with fewer than Qa live ones, no spare). The clock runs while that lasts."""
-        sm = self._sm
-        if not (sm.pending and sm.quorum_lost):
-            self._stall_since = None
-            return False
-        if self._stall_since is None:
-            self._stall_since = now
-        if sm.changing or now - self._stall_since < self._client.config.operation_timeout_ms / 1000:
-            return False
-        self._stall_since = None   # once: the handle is failing
-        return True
 
     def _stall_error(self) -> errors.NotEnoughBookiesError:
         with self._lock:

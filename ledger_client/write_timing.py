@@ -8,6 +8,10 @@ import socket
 import threading
 import time
 from collections.abc import Collection
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .machines import AddState
 
 PROBE_TIMEOUT_S = 1.0      # a bookie that failed us is back when its port accepts a connection this fast
 PROBE_RETRY_S = 1.0        # a probe that found the port closed is not repeated sooner
@@ -36,6 +40,46 @@ class SendClock:
         """A time `entry_id` was sent before (None: sent after the last mark)."""
         i = bisect.bisect_right(self._ids, entry_id)
         return self._times[i] if i < len(self._ids) else None
+
+
+def late_bookies(sm: AddState, sent_at: dict[int, float], clock: SendClock, now: float, limit: float) -> set[str]:
+    """Bookies owing an ack for an entry sent ``limit`` seconds ago or more: of a pending entry
+    (``sent_at``, oldest first) or of a completed one (``sm.owed``)."""
+    live = set(sm.ensemble) - sm.failed - sm.delayed
+    late: set[str] = set()
+    for eid, t in sent_at.items():
+        if now - t < limit or late >= live:
+            break
+        late.update(sm.unacked(eid))
+    for b, (eid, _newest) in sm.owed.items():
+        sent = clock.sent_before(eid)
+        if b in live and sent is not None and now - sent >= limit:
+            late.add(b)
+    return late
+
+
+class StallClock:
+    """How long appends have waited for lack of bookies (a write set with fewer than Qa live
+    ones, no spare): the clock runs while that lasts."""
+
+    def __init__(self) -> None:
+        self._since: float | None = None
+
+    def reset(self) -> None:
+        self._since = None
+
+    def due(self, sm: AddState, now: float, timeout_s: float) -> bool:
+        """True once the stall has lasted ``timeout_s`` (then the clock starts over: the handle
+        is failing)."""
+        if not (sm.pending and sm.quorum_lost):
+            self._since = None
+            return False
+        if self._since is None:
+            self._since = now
+        if sm.changing or now - self._since < timeout_s:
+            return False
+        self._since = None
+        return True
 
 
 class BookieProbes:
