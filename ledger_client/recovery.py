@@ -167,12 +167,19 @@ class LedgerRecovery:
         try:
             for f in pending:
                 f.result(timeout=max(1.0, self._deadline - time.monotonic()))
+            writer.end_rewrites()   # a late failure of a rewrite must not start an ensemble change
             md, lac, length = writer.metadata, writer.last_add_confirmed, writer.length
-        finally:
+            log.info("ledger %d: recovered up to entry %d (%d rewritten)", self._lid, e - 1, len(pending))
+            closed = self._close(md, lac, length)
+        except BaseException:
             self._client.forget_writer(writer)
-            writer.abandon()   # a late failure of a rewrite must not start an ensemble change
-        log.info("ledger %d: recovered up to entry %d (%d rewritten)", self._lid, e - 1, len(pending))
-        return self._close(md, lac, length)
+            writer.abandon()
+            raise
+        # Bookies of a write set that missed rewrites (failed, or replaced meanwhile) make the
+        # ledger under-replicated now that it is closed; the client's ticker watches the slower
+        # ones until they acknowledge theirs (ledger_client/rewrite_debts.py).
+        writer.closed_by_recovery()
+        return closed
 
     def _close(self, local: LedgerMetadata, last_entry_id: int, length: int) -> LedgerMetadata:
         """Publish the recovery's fragments and its end in one CAS on the version recovery began

@@ -33,6 +33,7 @@ from .futures import AppendFuture
 from .machines import AddState, Completion, Send
 from .protocol import bookkeeper_pb2 as pb
 from .protocol.framing import Digester
+from .rewrite_debts import RewriteDebts, mark_underreplicated
 from .transport import TRANSPORT_FAILURE, status_error
 from .write_timing import BookieProbes, SendClock, StallClock, late_bookies
 
@@ -85,6 +86,7 @@ class WriteHandle:
         self._rejoin_at = 0.0
         self._rejoining = False
         self._stall = StallClock()
+        self._debts = RewriteDebts() if recovery else None   # a recovery's: marked once it closed
 
     # ------------------------------------------------------------------ public surface
 
@@ -218,7 +220,11 @@ class WriteHandle:
     def _note_failure(self, bookie: str, exc: BaseException) -> None:
         """Under the lock: from here on no entry completes until the ensemble change is done."""
         self._probes.failed(bookie)
-        if self._error is None and self._sm.on_bookie_failure(bookie):
+        if self._debts is not None and self._debts.ended:   # a recovery closing: nothing replaces it
+            short = self._debts.failed(self._sm, bookie)
+            if short:
+                self._client.run_soon(functools.partial(self._mark_underreplicated, short))
+        elif self._error is None and self._sm.on_bookie_failure(bookie):
             log.info("ledger %d: bookie %s failed (%s); changing ensemble", self.ledger_id, bookie, exc)
             self._client.run_soon(self._change_ensemble)
 
@@ -382,17 +388,13 @@ class WriteHandle:
 
     def _mark_underreplicated(self, bookies: set[str]) -> None:
         """Entries this writer acknowledged are missing on ``bookies`` (it wrote on without them,
-        or they never acknowledged them): queue the ledger for the replication workers."""
-        if not bookies or self._recovery:
-            return
-        try:
-            self._client.store.underreplication.mark_underreplicated(self.ledger_id, sorted(bookies))
-        except MetadataError as e:
-            log.error("ledger %d: entries it acknowledged miss on %s, and marking it under-replicated failed: "
-                      "%s (the auditor's periodic check is left to find them)", self.ledger_id, sorted(bookies), e)
-            return
-        log.warning("ledger %d: marked under-replicated: entries it acknowledged miss on %s",
-                    self.ledger_id, sorted(bookies))
+        or they never acknowledged them): queue the ledger for the replication workers. A
+        recovery's once its close is in the metadata (rewrite_debts.py)."""
+        if bookies and self._debts is not None:
+            with self._lock:
+                bookies = self._debts.short(bookies)
+        if bookies:
+            mark_underreplicated(self._client.store.underreplication, self.ledger_id, bookies)
 
     def _with_fragment(self, md: LedgerMetadata, key: int, ensemble: list[str]) -> LedgerMetadata:
         if md.state is not LedgerState.OPEN:
@@ -477,7 +479,10 @@ class WriteHandle:
         the operation timeout."""
         limit = self._client.config.add_timeout_ms / 1000
         with self._lock:
-            if self._error is not None:
+            settled = self._debts is not None and self._debts.settled(self._sm)   # a recovery's, closed
+            if self._error is not None or settled:
+                if settled:
+                    self._client.forget_writer(self)
                 return
             sm = self._sm
             self._send_clock.tick(sm.next_entry_id, now, limit)
@@ -511,6 +516,23 @@ class WriteHandle:
             self._lac_sent = lac
         body = self._digester.frame_lac(self.ledger_id, lac)
         self._client.pool.send_lac(ensemble, self.ledger_id, lac, self._key, body, journaled)
+
+    def end_rewrites(self) -> None:
+        """A recovery's rewrites all completed: from now on a bookie that fails or falls silent is
+        not replaced, it owes what it missed (rewrite_debts.py)."""
+        with self._lock:
+            if self._debts is not None:
+                self._debts.ended = True
+
+    def closed_by_recovery(self) -> None:
+        """The recovery's close is in the metadata: mark the ledger for the bookies that missed
+        rewrites; the ticker watches the rest until they acknowledge them, fail or fall silent."""
+        with self._lock:
+            short = self._debts.close(self._sm) if self._debts is not None else set()
+            settled = self._debts is None or self._debts.settled(self._sm)
+        if settled:
+            self._client.forget_writer(self)
+        self._mark_underreplicated(short)
 
     def abandon(self) -> None:
         """Its owner is done with the handle without closing the ledger (a recovery that closed it

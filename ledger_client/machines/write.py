@@ -297,6 +297,11 @@ class AddState:
                 self._short.add(b)
         return self.take_short()
 
+    def write_off(self, bookie: str) -> bool:
+        """Nothing will be sent to ``bookie`` again (a recovery closing the ledger at what it
+        rewrote replaces no bookie): forget what it owes; True if it owed completed entries."""
+        return self.owed.pop(bookie, None) is not None
+
     # ------------------------------------------------------------------ shutdown
 
     def drain_pending(self) -> list[int]:

@@ -14,6 +14,7 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
+from bookie_helpers import wait_until
 from client_helpers import bookie_of, client, data
 
 from ledger_client import LedgerState
@@ -144,5 +145,26 @@ def test_recovery_after_a_writer_acknowledged_entries_without_the_silent_bookie(
                 told = acked + [f.result() for f in futs if f.done() and f.exception() is None]
                 assert r.last_add_confirmed >= max(told), (r.last_add_confirmed, max(told))
                 _check_closed(r, lid, ensemble, silent.bookie_id, r.last_add_confirmed, took)
+        finally:
+            os.killpg(silent.proc.pid, signal.SIGCONT)
+
+
+def test_a_rewrite_the_silent_bookie_never_acknowledges_marks_the_ledger(sb):
+    """The rewrite of entry 20 completes at Qa on the other two and the recovery closes the
+    ledger; the silent bookie still owes it past the add timeout, so the ledger is marked
+    under-replicated for that bookie. Without the mark the closed ledger stays an entry short
+    there, unnoticed until the auditor's periodic check (the simulator's seed 2687121037). The
+    tests above resume the bookie at once: it then stores its rewrites and owes nothing."""
+    lid, ensemble = _write_with_tail(sb, 0)
+    silent = bookie_of(sb, ensemble[0])
+    marks = sb.store.underreplication
+    with client(sb, read_timeout_ms=READ_TIMEOUT_MS, add_timeout_ms=2_000) as rc:
+        os.killpg(silent.proc.pid, signal.SIGSTOP)
+        try:
+            r = rc.open_ledger(lid, PW, recovery=True)
+            assert r.is_closed and r.last_add_confirmed == 20
+            assert lid not in marks.list_underreplicated()   # the add timeout has not passed
+            wait_until(lambda: marks.list_underreplicated().get(lid) == [silent.bookie_id], 15,
+                       f"ledger {lid} marked under-replicated for {silent.bookie_id}")
         finally:
             os.killpg(silent.proc.pid, signal.SIGCONT)

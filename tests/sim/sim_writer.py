@@ -80,6 +80,11 @@ class SimWriter:
         self.timeouts = 0
         self.delays = 0
         self.rejoins = 0
+        # A recovery's (WriteHandle._debts, rewrite_debts.py): bookies short of rewrites, marked
+        # once its close is in the metadata; after end_rewrites a failure replaces no bookie.
+        self.debts: set[str] = set()
+        self.rewrites_ended = False
+        self.recovery_closed = False
 
     # -- adds
     def append(self, data: bytes, done: AddDone) -> int | None:
@@ -134,6 +139,11 @@ class SimWriter:
 
     def _on_failure(self, bookie: str) -> None:
         if self.error is not None:
+            return
+        if self.rewrites_ended:   # WriteHandle._note_failure with RewriteDebts.ended
+            if self.sm.write_off(bookie):
+                self.sim.log(f"{self.name}: {bookie} failed owing rewrites")
+                self._mark({bookie})
             return
         self.suspect.add(bookie)
         if bookie in self.view[max(self.view)]:
@@ -259,9 +269,25 @@ class SimWriter:
                 del self.probe_at[b]
 
     def _mark(self, short: set[str]) -> None:
-        if short and not self.recovery:
+        if short and self.recovery and not self.recovery_closed:   # RewriteDebts.short
+            self.debts |= short
+            return
+        if short:
             self.sim.log(f"{self.name} marks the ledger under-replicated for {sorted(short)}")
             self.w.marks |= short
+
+    def end_rewrites(self) -> None:
+        """WriteHandle.end_rewrites; the client's ticker watches the rewrites' owed acks."""
+        self.rewrites_ended = True
+        if not self.ticking:
+            self.ticking = True
+            self.sim.at(TICK, self._tick)
+
+    def closed_by_recovery(self) -> None:
+        """WriteHandle.closed_by_recovery: mark for the bookies short of rewrites so far."""
+        self.recovery_closed = True
+        short, self.debts = self.debts | self.sm.finish(), set()
+        self._mark(short)
 
     # -- failure and close
     def _fail(self, error: str) -> None:
@@ -290,7 +316,7 @@ class SimWriter:
         ADD_TIMEOUT ago is treated as failed (the age counts from the append, not the resend),
         pending or completed without it; a delayed change is retried; a write stalled for lack
         of bookies fails after OPERATION_TIMEOUT."""
-        if self.dead or self.error is not None or not self.sent_at:
+        if self.dead or self.error is not None or not (self.sent_at or (self.rewrites_ended and self.sm.owed)):
             self.ticking = False
             return
         now, sm = self.sim.now, self.sm

@@ -253,6 +253,28 @@ def test_checks_catch_a_broken_delayed_change(monkeypatch: pytest.MonkeyPatch,
     pytest.fail(f"{breakage.__name__}: no check noticed in 1500 schedules without spares")
 
 
+# A recovery (E5/Qw4/Qa3) closed the ledger on the Qa acks of its rewrites while the fourth bookie
+# of a write set had crashed: its adds failed after the close and nothing marked the ledger
+# under-replicated for it (now the recovery's handle does: ledger_client/rewrite_debts.py).
+RECOVERY_DEBT_SEEDS = [2687121037]
+
+
+@pytest.mark.parametrize("seed_", RECOVERY_DEBT_SEEDS)
+def test_a_recovery_marks_the_ledger_for_rewrites_a_bookie_missed(monkeypatch: pytest.MonkeyPatch,
+                                                                   seed_: int) -> None:
+    """The schedule passes; with a failed bookie's debt forgotten unreported (AddState.write_off),
+    the checks see the closed ledger silently short on that bookie."""
+    run_schedule(seed_, MODEL)
+
+    def forget(self: AddState, bookie: str) -> bool:
+        self.owed.pop(bookie, None)
+        return False
+
+    monkeypatch.setattr(AddState, "write_off", forget)
+    with pytest.raises(SimulationFailure, match="not marked under-replicated"):
+        run_schedule(seed_, MODEL)
+
+
 def test_checks_catch_a_recovery_closing_on_failure() -> None:
     """Bug A's schedules fail again if a recovery's handle closes the ledger when it runs out of bookies."""
     _, failures = _sweep(BUG_A_SEEDS, ClientModel(recovery_closes_on_failure=True))
