@@ -167,7 +167,7 @@ class LedgerRecovery:
         try:
             for f in pending:
                 f.result(timeout=max(1.0, self._deadline - time.monotonic()))
-            writer.end_rewrites()   # a late failure of a rewrite must not start an ensemble change
+            writer.end_changes()   # a late failure of a rewrite must not start an ensemble change
             md, lac, length = writer.metadata, writer.last_add_confirmed, writer.length
             log.info("ledger %d: recovered up to entry %d (%d rewritten)", self._lid, e - 1, len(pending))
             closed = self._close(md, lac, length)
@@ -177,8 +177,8 @@ class LedgerRecovery:
             raise
         # Bookies of a write set that missed rewrites (failed, or replaced meanwhile) make the
         # ledger under-replicated now that it is closed; the client's ticker watches the slower
-        # ones until they acknowledge theirs (ledger_client/rewrite_debts.py).
-        writer.closed_by_recovery()
+        # ones until they acknowledge theirs (ledger_client/debts.py).
+        writer.closed_with_debts()
         return closed
 
     def _close(self, local: LedgerMetadata, last_entry_id: int, length: int) -> LedgerMetadata:

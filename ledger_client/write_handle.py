@@ -29,11 +29,11 @@ from metadata import LedgerMetadata, LedgerState, MetadataError, transitions
 
 from . import errors
 from .completer import InOrderCompleter
+from .debts import Debts, mark_underreplicated
 from .futures import AppendFuture
 from .machines import AddState, Completion, Send
 from .protocol import bookkeeper_pb2 as pb
 from .protocol.framing import Digester
-from .rewrite_debts import RewriteDebts, mark_underreplicated
 from .transport import TRANSPORT_FAILURE, status_error
 from .write_timing import BookieProbes, SendClock, StallClock, late_bookies
 
@@ -86,7 +86,7 @@ class WriteHandle:
         self._rejoin_at = 0.0
         self._rejoining = False
         self._stall = StallClock()
-        self._debts = RewriteDebts() if recovery else None   # a recovery's: marked once it closed
+        self._debts = Debts(recovery=recovery)   # bookies short of entries (a recovery's: marked at its close)
 
     # ------------------------------------------------------------------ public surface
 
@@ -200,7 +200,8 @@ class WriteHandle:
             self._on_status(bookie, entry_id, status, detail)
 
     def _on_status(self, bookie: str, entry_id: int, status: int, detail: str) -> None:
-        if status == TRANSPORT_FAILURE:
+        if status == TRANSPORT_FAILURE or self._debts.ended:
+            # closed or closing, a refusal (a recovery's fence, say) is one more entry the bookie misses
             self._on_failure(bookie, errors.BookieUnavailableError(detail))
             return
         err = status_error(status, detail, f"add {self.ledger_id}/{entry_id} on {bookie}")
@@ -220,7 +221,7 @@ class WriteHandle:
     def _note_failure(self, bookie: str, exc: BaseException) -> None:
         """Under the lock: from here on no entry completes until the ensemble change is done."""
         self._probes.failed(bookie)
-        if self._debts is not None and self._debts.ended:   # a recovery closing: nothing replaces it
+        if self._debts.ended:   # closed or closing: nothing replaces it
             short = self._debts.failed(self._sm, bookie)
             if short:
                 self._client.run_soon(functools.partial(self._mark_underreplicated, short))
@@ -389,8 +390,8 @@ class WriteHandle:
     def _mark_underreplicated(self, bookies: set[str]) -> None:
         """Entries this writer acknowledged are missing on ``bookies`` (it wrote on without them,
         or they never acknowledged them): queue the ledger for the replication workers. A
-        recovery's once its close is in the metadata (rewrite_debts.py)."""
-        if bookies and self._debts is not None:
+        recovery's once its close is in the metadata (debts.py)."""
+        if bookies and self._recovery:
             with self._lock:
                 bookies = self._debts.short(bookies)
         if bookies:
@@ -479,7 +480,7 @@ class WriteHandle:
         the operation timeout."""
         limit = self._client.config.add_timeout_ms / 1000
         with self._lock:
-            settled = self._debts is not None and self._debts.settled(self._sm)   # a recovery's, closed
+            settled = self._debts.settled(self._sm)   # closed, and no bookie owes an entry
             if self._error is not None or settled:
                 if settled:
                     self._client.forget_writer(self)
@@ -517,19 +518,19 @@ class WriteHandle:
         body = self._digester.frame_lac(self.ledger_id, lac)
         self._client.pool.send_lac(ensemble, self.ledger_id, lac, self._key, body, journaled)
 
-    def end_rewrites(self) -> None:
-        """A recovery's rewrites all completed: from now on a bookie that fails or falls silent is
-        not replaced, it owes what it missed (rewrite_debts.py)."""
+    def end_changes(self) -> None:
+        """No ensemble change from now on (the writer is closing, or a recovery's rewrites all
+        completed): a bookie that fails or falls silent owes what it missed (debts.py)."""
         with self._lock:
-            if self._debts is not None:
-                self._debts.ended = True
+            self._debts.ended = True
 
-    def closed_by_recovery(self) -> None:
-        """The recovery's close is in the metadata: mark the ledger for the bookies that missed
-        rewrites; the ticker watches the rest until they acknowledge them, fail or fall silent."""
+    def closed_with_debts(self) -> None:
+        """The ledger is closed (by this writer, or by the recovery it rewrites for, which calls
+        end_changes first): mark it for the bookies that missed entries; the ticker watches the
+        ones that still owe some until they answer, fail or fall silent (debts.py)."""
         with self._lock:
-            short = self._debts.close(self._sm) if self._debts is not None else set()
-            settled = self._debts is None or self._debts.settled(self._sm)
+            short = self._debts.close(self._sm)
+            settled = self._debts.settled(self._sm)
         if settled:
             self._client.forget_writer(self)
         self._mark_underreplicated(short)
@@ -573,11 +574,13 @@ class WriteHandle:
             if self._sm.pending and self._error is None:
                 self._fail(errors.LedgerTimeoutError(f"ledger {self.ledger_id}: appends still pending at close"))
             self._closed = True
-            self._client.forget_writer(self)
-            self._close_metadata()
-            with self._lock:
-                short = self._sm.finish()
-            self._mark_underreplicated(short)
+            self.end_changes()
+            try:
+                self._close_metadata()
+            except BaseException:
+                self._client.forget_writer(self)
+                raise
+            self.closed_with_debts()
 
     def __enter__(self) -> WriteHandle:
         return self

@@ -168,3 +168,36 @@ def test_a_rewrite_the_silent_bookie_never_acknowledges_marks_the_ledger(sb):
                        f"ledger {lid} marked under-replicated for {silent.bookie_id}")
         finally:
             os.killpg(silent.proc.pid, signal.SIGCONT)
+
+
+def test_a_writer_that_closes_while_a_stopped_bookie_owes_entries_marks_the_ledger(sb):
+    """Entries complete at Qa on two bookies while the third is stopped, and the writer closes
+    the ledger before the add timeout: the third still owes them. Stopped past the timeout, it
+    is written off and the ledger marked under-replicated for it (the simulator's seed
+    4064566643: nothing did before, the closed writer's handle was let go). A second ledger
+    whose stopped bookie is resumed at the close gets its entries and no mark."""
+    marks = sb.store.underreplication
+    with client(sb, add_timeout_ms=2_000) as wc:
+        lids = []
+        for resume_at_close in (False, True):
+            w = wc.create_ledger(3, 3, 2, password=PW)
+            stopped = bookie_of(sb, wc.ledger_metadata(w.ledger_id).ensembles[0][0])
+            w.append(data(w.ledger_id, 0))   # connected to all three: the stop is silence, not a refusal
+            os.killpg(stopped.proc.pid, signal.SIGSTOP)
+            try:
+                for i in range(1, 5):
+                    w.append(data(w.ledger_id, i))
+                w.close()
+                if resume_at_close:
+                    os.killpg(stopped.proc.pid, signal.SIGCONT)
+                else:
+                    want = (w.ledger_id, [stopped.bookie_id])
+                    wait_until(lambda want=want: marks.list_underreplicated().get(want[0]) == want[1],
+                               15, f"ledger {w.ledger_id} marked under-replicated for {stopped.bookie_id}")
+            finally:
+                os.killpg(stopped.proc.pid, signal.SIGCONT)
+            lids.append(w.ledger_id)
+        time.sleep(3)   # past the add timeout: nothing to wait for, the resumed bookie owes nothing now
+        assert lids[1] not in marks.list_underreplicated()
+        with BookieClient(stopped.bookie_id) as bc:   # the resumed bookie has the second ledger's entries
+            assert bc.read(lids[1], 4).status == pb.EOK

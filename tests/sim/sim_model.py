@@ -238,15 +238,13 @@ class SimRecovery:
         writer = att.writer
         assert writer is not None
         if not writer.closed:
-            writer.end_rewrites()
+            writer.end_changes()
             writer.close(lambda md, exc: self._closed(att, md, exc))
 
     def _closed(self, att: _Attempt, md: LedgerMetadata | None, exc: BaseException | None) -> None:
         if md is None:
             self._fail(att, error_kind(exc) if exc is not None else E_METADATA, adoptable=True)
         else:
-            if att.writer is not None and not att.over:
-                att.writer.closed_by_recovery()
             self._finish(att, md)
 
     # -- outcome

@@ -80,11 +80,12 @@ class SimWriter:
         self.timeouts = 0
         self.delays = 0
         self.rejoins = 0
-        # A recovery's (WriteHandle._debts, rewrite_debts.py): bookies short of rewrites, marked
-        # once its close is in the metadata; after end_rewrites a failure replaces no bookie.
+        # WriteHandle._debts (debts.py): after end_changes (closing, or a recovery's rewrites all
+        # completed) a failure replaces no bookie; a recovery's marks wait for its close.
         self.debts: set[str] = set()
-        self.rewrites_ended = False
+        self.changes_ended = False
         self.recovery_closed = False
+        self.forgotten = False   # the client's ticker let it go (its close failed)
 
     # -- adds
     def append(self, data: bytes, done: AddDone) -> int | None:
@@ -135,15 +136,18 @@ class SimWriter:
             self._deliver(self.sm.on_acks(bookie, [entry_id]))
         elif reply.status == FENCED:
             self.sim.log(f"{self.name} add {entry_id} to {bookie}: FENCED")
-            self._fail(E_FENCED)
+            if self.changes_ended:   # WriteHandle._on_status: closed or closing, one more entry missed
+                self._on_failure(bookie)
+            else:
+                self._fail(E_FENCED)
 
     def _on_failure(self, bookie: str) -> None:
-        if self.error is not None:
-            return
-        if self.rewrites_ended:   # WriteHandle._note_failure with RewriteDebts.ended
+        if self.changes_ended:   # WriteHandle._note_failure with Debts.ended
             if self.sm.write_off(bookie):
-                self.sim.log(f"{self.name}: {bookie} failed owing rewrites")
+                self.sim.log(f"{self.name}: {bookie} failed owing entries")
                 self._mark({bookie})
+            return
+        if self.error is not None:
             return
         self.suspect.add(bookie)
         if bookie in self.view[max(self.view)]:
@@ -269,22 +273,22 @@ class SimWriter:
                 del self.probe_at[b]
 
     def _mark(self, short: set[str]) -> None:
-        if short and self.recovery and not self.recovery_closed:   # RewriteDebts.short
+        if short and self.recovery and not self.recovery_closed:   # Debts.short
             self.debts |= short
             return
         if short:
             self.sim.log(f"{self.name} marks the ledger under-replicated for {sorted(short)}")
             self.w.marks |= short
 
-    def end_rewrites(self) -> None:
-        """WriteHandle.end_rewrites; the client's ticker watches the rewrites' owed acks."""
-        self.rewrites_ended = True
+    def end_changes(self) -> None:
+        """WriteHandle.end_changes; the client's ticker watches the owed acks."""
+        self.changes_ended = True
         if not self.ticking:
             self.ticking = True
             self.sim.at(TICK, self._tick)
 
-    def closed_by_recovery(self) -> None:
-        """WriteHandle.closed_by_recovery: mark for the bookies short of rewrites so far."""
+    def closed_with_debts(self) -> None:
+        """WriteHandle.closed_with_debts: mark for the bookies short of entries so far."""
         self.recovery_closed = True
         short, self.debts = self.debts | self.sm.finish(), set()
         self._mark(short)
@@ -316,7 +320,8 @@ class SimWriter:
         ADD_TIMEOUT ago is treated as failed (the age counts from the append, not the resend),
         pending or completed without it; a delayed change is retried; a write stalled for lack
         of bookies fails after OPERATION_TIMEOUT."""
-        if self.dead or self.error is not None or not (self.sent_at or (self.rewrites_ended and self.sm.owed)):
+        if self.dead or self.forgotten or (self.error is not None and not self.changes_ended) or not (
+                self.sent_at or (self.changes_ended and self.sm.owed)):
             self.ticking = False
             return
         now, sm = self.sim.now, self.sm
@@ -370,7 +375,9 @@ class SimWriter:
         def finished(md: LedgerMetadata | None, exc: BaseException | None) -> None:
             if md is not None:
                 self.md = md
-                self._mark(self.sm.finish())
+                self.closed_with_debts()
+            else:
+                self.forgotten = True
             done(md, exc)
 
         update_async(self.w, self.name, lambda m: self._close_transition(m, lac, length), finished)
@@ -403,6 +410,7 @@ class SimWriter:
             if self.sm.pending and self.error is None:
                 self._fail(E_TIMEOUT)
             self.closed = True
+            self.end_changes()
             self._close_metadata(done)
 
         self.on_idle.append(go)
