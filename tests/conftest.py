@@ -82,4 +82,3 @@ def cluster_factory(zk_connect: str, tmp_path: Path) -> Iterator[object]:
     yield make
     for sb in made:
         sb.stop()
-

@@ -84,7 +84,7 @@ class SimWriter:
         # completed) a failure replaces no bookie; a recovery's marks wait for its close.
         self.debts: set[str] = set()
         self.changes_ended = False
-        self.recovery_closed = False
+        self.ledger_closed = False
         self.forgotten = False   # the client's ticker let it go (its close failed)
 
     # -- adds
@@ -273,7 +273,7 @@ class SimWriter:
                 del self.probe_at[b]
 
     def _mark(self, short: set[str]) -> None:
-        if short and self.recovery and not self.recovery_closed:   # Debts.short
+        if short and self.recovery and not self.ledger_closed:   # Debts.short
             self.debts |= short
             return
         if short:
@@ -289,7 +289,7 @@ class SimWriter:
 
     def closed_with_debts(self) -> None:
         """WriteHandle.closed_with_debts: mark for the bookies short of entries so far."""
-        self.recovery_closed = True
+        self.ledger_closed = True
         short, self.debts = self.debts | self.sm.finish(), set()
         self._mark(short)
 
