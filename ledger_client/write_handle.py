@@ -256,8 +256,8 @@ class WriteHandle:
     def _change_ensemble(self) -> None:
         while True:
             with self._lock:
-                if self._error is not None or not self._sm.changing:
-                    return
+                if self._error is not None or not self._sm.changing or self._debts.ended:
+                    return   # failed, done, or closing: a failed bookie's debt goes to the close (debts.py)
                 key, indexes = self._sm.change_plan()
                 ensemble = list(self._sm.ensemble)
                 planned = {ensemble[i] for i in indexes}

@@ -191,7 +191,7 @@ class SimWriter:
 
     # -- ensemble changes
     def _change_ensemble(self) -> None:
-        if self.dead or self.error is not None or not self.sm.changing:
+        if self.dead or self.error is not None or not self.sm.changing or self.changes_ended:
             return
         key, indexes = self.sm.change_plan()
         ensemble = list(self.sm.ensemble)
