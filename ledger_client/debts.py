@@ -46,17 +46,13 @@ class Debts:
         self._noted: set[str] = set()
 
     def short(self, bookies: set[str]) -> set[str]:
-        """Bookies left short (an ensemble change replaced them, or the writer stopped): the ones
-        to mark now, the rest kept for the close."""
+        """Bookies left short (an ensemble change replaced them, the writer stopped, or they
+        failed owing entries after its last change): the ones to mark now, the rest kept for a
+        recovery's close."""
         if self.closed or not self._hold:
             return set(bookies)
         self._noted |= bookies
         return set()
-
-    def failed(self, sm: AddState, bookie: str) -> set[str]:
-        """``bookie`` failed, refused or fell silent: it gets nothing again, and what it owes is
-        short (to mark now, or at the close)."""
-        return self.short({bookie}) if sm.write_off(bookie) else set()
 
     def close(self, sm: AddState) -> set[str]:
         """The ledger is closed: every bookie to mark for what it missed so far."""

@@ -221,10 +221,9 @@ class WriteHandle:
     def _note_failure(self, bookie: str, exc: BaseException) -> None:
         """Under the lock: from here on no entry completes until the ensemble change is done."""
         self._probes.failed(bookie)
-        if self._debts.ended:   # closed or closing: nothing replaces it
-            short = self._debts.failed(self._sm, bookie)
-            if short:
-                self._client.run_soon(functools.partial(self._mark_underreplicated, short))
+        if self._debts.ended:   # closed or closing: nothing replaces it, what it owes is short
+            if self._sm.write_off(bookie):
+                self._client.run_soon(functools.partial(self._mark_underreplicated, {bookie}))
         elif self._error is None and self._sm.on_bookie_failure(bookie):
             log.info("ledger %d: bookie %s failed (%s); changing ensemble", self.ledger_id, bookie, exc)
             self._client.run_soon(self._change_ensemble)
@@ -391,7 +390,7 @@ class WriteHandle:
         """Entries this writer acknowledged are missing on ``bookies`` (it wrote on without them,
         or they never acknowledged them): queue the ledger for the replication workers. A
         recovery's once its close is in the metadata (debts.py)."""
-        if bookies and self._recovery:
+        if bookies:
             with self._lock:
                 bookies = self._debts.short(bookies)
         if bookies:

@@ -298,8 +298,9 @@ class AddState:
         return self.take_short()
 
     def write_off(self, bookie: str) -> bool:
-        """Nothing will be sent to ``bookie`` again (a recovery closing the ledger at what it
-        rewrote replaces no bookie): forget what it owes; True if it owed completed entries."""
+        """Nothing will be sent to ``bookie`` again (the writer closed the ledger, or a recovery is
+        closing it at what it rewrote: no bookie is replaced): forget what it owes; True if it
+        owed completed entries."""
         return self.owed.pop(bookie, None) is not None
 
     # ------------------------------------------------------------------ shutdown
