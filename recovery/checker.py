@@ -24,9 +24,10 @@ from ledger_client.protocol import bookkeeper_pb2 as pb
 from ledger_client.protocol.framing import Digester, FramingError
 from metadata import DigestType, LedgerMetadata
 
-from .plan import checkable_fragments, sample_entries
+from .plan import checkable_fragments, positions_entries, sample_entries
 
 log = logging.getLogger(__name__)
+LIST_IDS_MAX = 10_000   # entry ids per ids-only listed read (~50 KB of request; the bookie takes 65,536)
 
 
 class _Probe(NamedTuple):
@@ -131,15 +132,52 @@ class FragmentChecker:
         """A window of probe reads over many ledgers (the auditor's full check)."""
         return ProbeWindow(self._pool, self._window, self._timeout_s, self._fraction, self._rng)
 
-    def holds_ends(self, md: LedgerMetadata, first: int, last: int, position: int, bookie: str) -> bool:
-        """Does ``bookie`` (at ``position`` of the fragment [first, last]) answer its first and last
-        entry of the fragment with a valid copy? A writer that wrote on without a bookie (a delayed
-        ensemble change) left it without the fragment's last entries, so a bookie passing this has
-        what such a writer skipped; anything but a valid copy (an error included) is a no."""
-        wanted = sample_entries(md, first, last, position, 0.0, self._rng)
-        futures = [self._launch(md.ledger_id, bookie, e) for e in wanted]
+    def lacking_entries(self, md: LedgerMetadata, first: int, last: int, position: int,
+                        bookie: str) -> list[int] | None:
+        """The entries of the fragment [first, last] that ``bookie`` (at ``position``) should hold
+        and does not, asked by listed reads of ids only (no bodies travel); None when it cannot
+        tell (no answer, an error) or when an end it holds is not a valid copy (a bookie that
+        corrupts data gets all of its share again). Every entry counts, not only the ends the
+        auditor's probes read: a bookie that missed adds in the middle of a fragment (a connection
+        lost and found again under a writer) holds both ends and still lacks entries."""
+        share = list(positions_entries(md, first, last, position))
+        lacking: list[int] = []
+        i = 0
+        while i < len(share):
+            told = self._held(md.ledger_id, bookie, share[i:i + LIST_IDS_MAX])
+            if told is None:
+                return None
+            held, spoken = told
+            lacking.extend(e for e in share[i:i + spoken] if e not in held)
+            i += spoken
+        gone = set(lacking)
+        ends = [e for e in dict.fromkeys(share[:1] + share[-1:]) if e not in gone]
+        return lacking if self._valid_copies(md, bookie, ends) else None
+
+    def _held(self, ledger_id: int, bookie: str, ids: list[int]) -> tuple[set[int], int] | None:
+        """(the held ones of ``ids``, how many of ``ids`` the answer speaks for: all, or for a
+        bookie that predates ids_only and answered a plain listed read cut by max_bytes, those up
+        to its last body); None when the answer tells nothing."""
+        try:
+            resp = self._pool.get(bookie).held_entries_future(ledger_id, ids).result(timeout=self._timeout_s)
+        except _NO_ANSWER:
+            return None
+        if resp.status in (pb.ENOLEDGER, pb.ENOENTRY):   # ENOENTRY: an older bookie holding none of them
+            return set(), len(ids)
+        if resp.status != pb.EOK:
+            return None
+        held = set(resp.entry_ids)
+        if not resp.bodies:
+            return held, len(ids)
+        last = resp.entry_ids[-1] if resp.entry_ids else None
+        return (held, ids.index(last) + 1) if last in ids else None
+
+    def _valid_copies(self, md: LedgerMetadata, bookie: str, entry_ids: list[int]) -> bool:
+        """Does ``bookie`` answer each of ``entry_ids`` with a copy that passes its digest
+        (presence only for HMAC ledgers, whose key the checker does not have)?"""
+        futures = [self._launch(md.ledger_id, bookie, e) for e in entry_ids]
         digester = Digester(md.digest_type, b"") if md.digest_type is not DigestType.HMAC else None
-        for e, fut in zip(wanted, futures, strict=True):
+        for e, fut in zip(entry_ids, futures, strict=True):
             if fut is None:
                 return False
             try:

@@ -137,8 +137,11 @@ class CopyRun:
 
 
 def copy_runs(md: LedgerMetadata, repair: FragmentRepair, new_bookies: Mapping[int, str],
-              reachable: Collection[str], max_entries: int) -> list[CopyRun]:
-    """The reads and writes that copy ``repair``'s fragment to ``new_bookies`` (position → bookie).
+              reachable: Collection[str], max_entries: int,
+              only: Mapping[int, Collection[int]] | None = None) -> list[CopyRun]:
+    """The reads and writes that copy ``repair``'s fragment to ``new_bookies`` (position → bookie);
+    a position in ``only`` gets just the entries listed for it there (a bookie filled in place gets
+    what it lacks).
 
     Entries whose write set has no replaced position need nothing. Sources are the bookies of the
     entry's write set that are not being replaced, reachable ones first, rotated from run to run so
@@ -154,7 +157,7 @@ def copy_runs(md: LedgerMetadata, repair: FragmentRepair, new_bookies: Mapping[i
     open_runs: dict[tuple[tuple[str, ...], tuple[str, ...]], list[int]] = {}
     for e in range(repair.first_entry_id, repair.last_entry_id + 1):
         ws = write_set(e, md.ensemble_size, md.write_quorum_size)
-        targets = tuple(new_bookies[p] for p in ws if p in replaced)
+        targets = tuple(new_bookies[p] for p in ws if p in replaced and (only is None or p not in only or e in only[p]))
         if not targets:
             continue
         survivors = [repair.ensemble[p] for p in sorted(ws) if p not in replaced]

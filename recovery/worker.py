@@ -17,9 +17,9 @@ One ledger at a time per thread, ``worker_ledgers_in_flight_max`` threads:
    bookie is writable again: the writer takes it back and marks the ledger for what it missed;
    retried later if not);
 5. with no bookie to take its place, a finished fragment whose missing bookie is writable again
-   (back with its id and its disk) is filled in place: if it lacks its first or last entry of the
-   fragment (a writer wrote on without it), every entry of its share is copied back to it from
-   the others; the metadata does not change;
+   (back with its id and its disk) is filled in place: the entries of its share it lacks (a
+   writer wrote on without it; asked by listed reads of ids only, so a gap in the middle counts)
+   are copied back to it from the others; the metadata does not change;
 6. done: ``mark_replicated`` (a CAS on the queue node: if more bookies were marked missing
    meanwhile the ledger stays queued). A failure releases the lock and backs off exponentially
    per ledger, so one broken ledger cannot starve the others.
@@ -361,20 +361,26 @@ class ReplicationWorker:
 
     def _fill_in_place(self, md: LedgerMetadata, repair: FragmentRepair) -> bool:
         """The fragment's missing bookies are writable again (back with their ids) and no other
-        could take their place: copy its entries back to those that lack their first or last one
-        of it (a writer wrote on without them). False when one is not writable."""
+        could take their place: copy back to each the entries of the fragment it lacks (a writer
+        wrote on without it), all of its share when it cannot tell which. False when one is not
+        writable."""
         registry = self._client.registry
         writable = set(registry.writable_ids())
         if not set(repair.replaced) <= writable:
             return False
-        lacking = tuple(p for p in repair.positions if repair.kind is RepairKind.COPY and not self._checker.holds_ends(
-            md, repair.first_entry_id, repair.last_entry_id, p, repair.ensemble[p]))
+        lacking: dict[int, set[int] | None] = {}
+        for p in repair.positions if repair.kind is RepairKind.COPY else ():
+            missing = self._checker.lacking_entries(md, repair.first_entry_id, repair.last_entry_id, p,
+                                                    repair.ensemble[p])
+            if missing is None or missing:
+                lacking[p] = None if missing is None else set(missing)
         copied = (0, 0)
         if lacking:
             same = {p: repair.ensemble[p] for p in lacking}
             reachable = (writable | set(registry.readonly_ids())) - set(same.values())
-            runs = copy_runs(md, dataclasses.replace(repair, positions=lacking), same, reachable,
-                             self._cfg.copy_range_entries_max)
+            only = {p: ids for p, ids in lacking.items() if ids is not None}
+            runs = copy_runs(md, dataclasses.replace(repair, positions=tuple(lacking)), same, reachable,
+                             self._cfg.copy_range_entries_max, only)
             stats = self._copier.copy(md, runs, cancel=self._stop)
             copied = (stats.entries, stats.bytes)
         self.stats.add(fragments_repaired=1, fragments_filled=1, entries_copied=copied[0], bytes_copied=copied[1])

@@ -156,7 +156,7 @@ class ReadResponse(_message.Message):
     def __init__(self, status: _Optional[_Union[StatusCode, str]] = ..., ledger_id: _Optional[int] = ..., entry_id: _Optional[int] = ..., body: _Optional[bytes] = ..., max_lac: _Optional[int] = ..., detail: _Optional[str] = ...) -> None: ...
 
 class ReadRangeRequest(_message.Message):
-    __slots__ = ("ledger_id", "first_entry_id", "last_entry_id", "max_bytes", "entry_ids", "request_id", "wait_for_lac", "previous_lac", "timeout_ms", "auth_token")
+    __slots__ = ("ledger_id", "first_entry_id", "last_entry_id", "max_bytes", "entry_ids", "request_id", "wait_for_lac", "previous_lac", "timeout_ms", "auth_token", "ids_only")
     LEDGER_ID_FIELD_NUMBER: _ClassVar[int]
     FIRST_ENTRY_ID_FIELD_NUMBER: _ClassVar[int]
     LAST_ENTRY_ID_FIELD_NUMBER: _ClassVar[int]
@@ -167,6 +167,7 @@ class ReadRangeRequest(_message.Message):
     PREVIOUS_LAC_FIELD_NUMBER: _ClassVar[int]
     TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
     AUTH_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    IDS_ONLY_FIELD_NUMBER: _ClassVar[int]
     ledger_id: int
     first_entry_id: int
     last_entry_id: int
@@ -177,7 +178,8 @@ class ReadRangeRequest(_message.Message):
     previous_lac: int
     timeout_ms: int
     auth_token: str
-    def __init__(self, ledger_id: _Optional[int] = ..., first_entry_id: _Optional[int] = ..., last_entry_id: _Optional[int] = ..., max_bytes: _Optional[int] = ..., entry_ids: _Optional[_Iterable[int]] = ..., request_id: _Optional[int] = ..., wait_for_lac: _Optional[bool] = ..., previous_lac: _Optional[int] = ..., timeout_ms: _Optional[int] = ..., auth_token: _Optional[str] = ...) -> None: ...
+    ids_only: bool
+    def __init__(self, ledger_id: _Optional[int] = ..., first_entry_id: _Optional[int] = ..., last_entry_id: _Optional[int] = ..., max_bytes: _Optional[int] = ..., entry_ids: _Optional[_Iterable[int]] = ..., request_id: _Optional[int] = ..., wait_for_lac: _Optional[bool] = ..., previous_lac: _Optional[int] = ..., timeout_ms: _Optional[int] = ..., auth_token: _Optional[str] = ..., ids_only: _Optional[bool] = ...) -> None: ...
 
 class ReadRangeResponse(_message.Message):
     __slots__ = ("status", "ledger_id", "first_entry_id", "bodies", "detail", "entry_ids", "request_id", "lac")

@@ -360,6 +360,14 @@ class BookieClient:
             return self._stub.ReadRange.future(req, timeout=self._timeout_s, metadata=self._creds.grpc_metadata())
         return self._socket_reads().submit(req)
 
+    def held_entries_future(self, ledger_id: int, entry_ids: list[int]) -> Any:
+        """Which of the listed entries (strictly ascending ids) the bookie holds, without their
+        bodies (ReadRangeRequest.ids_only): a Future of the ReadRangeResponse, as read_entries_future's."""
+        req = pb.ReadRangeRequest(ledger_id=ledger_id, entry_ids=entry_ids, ids_only=True)
+        if self._read_transport == "grpc":
+            return self._stub.ReadRange.future(req, timeout=self._timeout_s, metadata=self._creds.grpc_metadata())
+        return self._socket_reads().submit(req)
+
     def _socket_reads(self) -> SocketReads:
         with self._lock:
             if self._reads is None:

@@ -401,6 +401,9 @@ class RequestProcessor:
         lid, first, last = req.ledger_id, req.first_entry_id, req.last_entry_id
         ids = _listed_ids(lid, req.entry_ids) if req.entry_ids else None  # listed: the range is not used
         max_bytes = await self._range_checks(req, caller, listed=ids is not None)
+        if ids is not None and req.ids_only:
+            held = await self._in_executor(self._storage.held_entries, lid, ids)
+            return pb.ReadRangeResponse(status=pb.EOK, ledger_id=lid, first_entry_id=ids[0], entry_ids=held)
         if ids is not None:
             found, bodies = await self._in_executor(self._storage.get_entries, lid, ids, max_bytes)
             return pb.ReadRangeResponse(status=pb.EOK, ledger_id=lid, first_entry_id=found[0], bodies=bodies,

@@ -6,7 +6,7 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future
 
 import pytest
@@ -31,7 +31,7 @@ def body(ledger_id: int, entry_id: int, size: int = 100, lac: int | None = None)
     return DIGEST.frame(ledger_id, entry_id, lac, (entry_id + 1) * size, payload(ledger_id, entry_id, size))
 
 
-def add_all(client: BookieClient, ledger_id: int, entry_ids: range, size: int = 100,
+def add_all(client: BookieClient, ledger_id: int, entry_ids: Iterable[int], size: int = 100,
             key: bytes = KEY, recovery: bool = False) -> list[pb.AddResponse]:
     futs: list[Future[pb.AddResponse]] = [
         client.add(ledger_id, e, key, body(ledger_id, e, size), recovery=recovery) for e in entry_ids]

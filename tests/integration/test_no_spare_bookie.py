@@ -99,6 +99,36 @@ def test_writer_goes_on_without_a_spare_and_the_bookie_back_gets_every_entry(sb:
         _heal(sb)
 
 
+def test_a_bookie_lacking_the_middle_of_its_share_gets_just_that_back_in_place(sb: Sandbox) -> None:
+    """Both ends of its share held, entries 40..59 not (adds a writer's connection to it lost
+    while the writer went on): with no spare bookie the worker asks the bookie which entries it
+    holds (ids only, no bodies) and copies back the twenty it lacks. Reading its first and last
+    entry, as it did before, it found the bookie whole and cleared the mark with the gap left."""
+    from ledger_client.protocol import bookkeeper_pb2 as pb
+    from ledger_client.protocol.framing import Digester, DigestType, master_key
+    from ledger_client.transport import BookieClient
+
+    with client(sb) as c:
+        w = c.create_ledger(3, 3, 2)   # its handle writes nothing: the adds below are the writer's
+        lid, ensemble = w.ledger_id, w.metadata.ensembles[0]
+        victim = ensemble[1]
+        digester = Digester(DigestType.CRC32C, b"")
+        bodies = [digester.frame(lid, e, e - 1, (e + 1) * SIZE, data(lid, e, SIZE)) for e in range(100)]
+        for b in ensemble:
+            with BookieClient(b) as bc:
+                futures = [bc.add(lid, e, master_key(b""), bodies[e]) for e in range(100)
+                           if not (b == victim and 40 <= e < 60)]
+                assert [f.result(timeout=60).status for f in futures] == [pb.EOK] * len(futures)
+        c.open_ledger(lid, b"")   # recovery: fenced and closed at entry 99
+        assert not _replicated(c, lid, 100)
+        sb.store.underreplication.mark_underreplicated(lid, [victim])  # type: ignore[union-attr]
+        wait_until(lambda: _replicated(c, lid, 100), 120, "entries 40..59 back on the bookie that lacked them")
+        wait_until(lambda: lid not in sb.store.underreplication.list_underreplicated(), 60, "the mark to clear")  # type: ignore[union-attr]
+        said = (f"ledger {lid} fragment 0: no spare bookie for ['{victim}'], which is back: "
+                "20 entries copied back in place")
+        assert any(said in b.log_path.read_text(errors="replace") for b in sb.bookies)   # not its whole share
+
+
 def test_a_write_short_of_qa_waits_for_a_bookie_to_come_back(sb: Sandbox) -> None:
     try:
         with client(sb, operation_timeout_ms=90_000) as c:

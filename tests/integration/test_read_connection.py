@@ -53,11 +53,31 @@ def test_wire_format_answers_carry_the_request_id(cluster_factory):
                   + frame(pb.ReadRangeRequest(ledger_id=4, first_entry_id=0, last_entry_id=2,
                                               request_id=71).SerializeToString())
                   + frame(pb.ReadRangeRequest(ledger_id=99, first_entry_id=0, last_entry_id=0,
-                                              request_id=72).SerializeToString()))
-        got = _answers(s, 3)
+                                              request_id=72).SerializeToString())
+                  + frame(pb.ReadRangeRequest(ledger_id=4, entry_ids=[0, 2, 6, 9], ids_only=True,
+                                              request_id=73).SerializeToString()))
+        got = _answers(s, 4)
     assert list(got[70].entry_ids) == [1, 3, 5] and list(got[70].bodies) == [body(4, e) for e in (1, 3, 5)]
     assert list(got[71].bodies) == [body(4, e) for e in range(3)]
     assert got[72].status == pb.ENOLEDGER  # a refusal is an answer, the connection goes on
+    assert got[73].status == pb.EOK and list(got[73].entry_ids) == [0, 2] and not got[73].bodies
+
+
+def test_ids_only_names_the_held_entries_on_both_transports(cluster_factory):
+    """What a repair asks (ReadRangeRequest.ids_only): the held ids among those listed, none read;
+    EOK with none held, ENOLEDGER for a ledger the bookie does not have, EBADREQ for bad ids."""
+    sb = cluster_factory(1)
+    bid = sb.bookies[0].bookie_id
+    with BookieClient(bid) as c:
+        add_all(c, 6, [*range(0, 4), *range(7, 10)])   # 4..6 missing: a gap in the middle
+    for transport in ("tcp", "grpc"):
+        with BookieClient(bid, read_transport=transport) as c:
+            r = c.held_entries_future(6, list(range(0, 12))).result(timeout=10)
+            assert (r.status, list(r.entry_ids), list(r.bodies)) == (pb.EOK, [0, 1, 2, 3, 7, 8, 9], []), transport
+            r = c.held_entries_future(6, [4, 5, 6, 10]).result(timeout=10)
+            assert (r.status, list(r.entry_ids)) == (pb.EOK, []), transport
+            assert c.held_entries_future(99, [0]).result(timeout=10).status == pb.ENOLEDGER, transport
+            assert c.held_entries_future(6, [3, 2]).result(timeout=10).status == pb.EBADREQ, transport
 
 
 def test_more_reads_at_once_than_a_connection_serves_all_get_answers(cluster_factory):

@@ -168,6 +168,24 @@ def test_get_entries_skips_missing_ids_across_blocks_cache_and_ledgers(storage: 
         storage.get_entries(7, [0], 1000)
 
 
+def test_held_entries_names_exactly_the_held_ids_from_cache_and_index(storage: LedgerStorage) -> None:
+    """What a repair asks of a bookie (ReadRangeRequest.ids_only): every held id among those asked,
+    flushed or cached, none read; a gap in the middle shows as well as one at an end."""
+    storage.set_master_key(1, b"k1")
+    storage.set_master_key(2, b"k2")
+    for e in [*range(0, 40), *range(60, 100)]:   # 40..59 never added
+        storage.add_entry(1, e, body(1, e))
+        storage.add_entry(2, e, body(2, e))
+    storage.flush()
+    for e in range(100, 110):   # only in the write cache
+        storage.add_entry(1, e, body(1, e))
+    assert storage.held_entries(1, list(range(0, 120))) == [*range(0, 40), *range(60, 110)]
+    assert storage.held_entries(1, [39, 40, 59, 60, 109, 110]) == [39, 60, 109]
+    assert storage.held_entries(2, list(range(100, 110))) == []
+    with pytest.raises(NoLedgerError):
+        storage.held_entries(7, [0])
+
+
 def test_add_is_idempotent_on_replay(storage: LedgerStorage) -> None:
     fill(storage, 1, 10)
     fill(storage, 1, 10)  # same adds again, still in the cache

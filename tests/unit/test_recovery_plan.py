@@ -121,6 +121,18 @@ def test_copy_runs_e3_qw2_copy_exactly_the_entries_the_lost_bookie_stored_one_re
     assert max(r.entries for r in small) == 3 and sorted(e for r in small for e in r.entry_ids) == sorted(copied)
 
 
+def test_copy_runs_fill_in_place_copies_only_the_entries_a_position_lacks():
+    """`only`: a bookie filled in place gets what it lacks (a gap in the middle included); a
+    position not named in it gets its whole share."""
+    md = ledger({0: [A, B, C]}, qw=3, closed_at=99)
+    repair = dataclasses.replace(plan_repair(md, {B, C})[0], positions=(1, 2))
+    runs = copy_runs(md, repair, {1: B, 2: C}, reachable={A}, max_entries=1000, only={1: set(range(40, 60))})
+    to_b = sorted(e for r in runs for e in r.entry_ids if B in r.targets)
+    to_c = sorted(e for r in runs for e in r.entry_ids if C in r.targets)
+    assert to_b == list(range(40, 60)) and to_c == list(range(100))
+    assert copy_runs(md, repair, {1: B, 2: C}, reachable={A}, max_entries=1000, only={1: set(), 2: set()}) == []
+
+
 def test_copy_runs_prefer_reachable_sources_and_fail_without_any():
     md = ledger({0: [A, B, C]}, qw=3, closed_at=1)
     runs = copy_runs(md, plan_repair(md, {B})[0], {1: D}, reachable={C}, max_entries=10)
