@@ -11,6 +11,9 @@ While elected it
   marked again: e.g. created by a writer that had not noticed it go);
 - every ``check_all_ledgers_interval_ms`` reads sampled entries of every finished fragment from
   each of its available bookies (:mod:`recovery.checker`) and marks bookies that lost entries;
+- every ``replicas_check_interval_ms`` asks each bookie of every finished fragment which entries
+  of its share it holds (:mod:`recovery.replicas_check`: ids only, every entry) and marks bookies
+  that lack any;
 - every ``placement_check_interval_ms`` counts fragments that break the rack placement policy
   (logged and kept in :attr:`Auditor.stats`; moving them is left to an operator, as BookKeeper's
   default), and closed ledgers whose copies break their placement groups (DESIGN §4.10: the
@@ -18,7 +21,7 @@ While elected it
   (``ledgers_not_adhering``) and marks under-replicated with the misplaced bookies as missing, so
   that replication workers move those copies into the groups.
 Nothing is marked while re-replication is disabled; the audit waits for it to be enabled again.
-All three scans read every ledger's metadata node but decode only those whose version changed
+The scans read every ledger's metadata node but decode only those whose version changed
 since the last scan (:mod:`recovery.ledger_views`), which is what lets a check of 100,000 ledgers
 cost little more than reading their nodes.
 """
@@ -31,6 +34,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from ledger_client.bookies import BookiePool
 from metadata import LedgerMetadata, MetadataError, MetadataStore
@@ -40,6 +44,7 @@ from .config import AutoRecoveryConfig
 from .groups import LedgerGroups
 from .ledger_views import LedgerView, LedgerViews, index_of
 from .placement_audit import PlacementAudit
+from .replicas_check import ListingWindow, ReplicasTally
 from .tracker import LostBookieTracker
 
 log = logging.getLogger(__name__)
@@ -63,6 +68,8 @@ class AuditorStats:
     ledgers_not_adhering: int = 0     # closed ledgers with copies outside their placement groups, last check
     probes: int = 0                   # entry reads of the full checks
     placement_ledgers_evaluated: int = 0   # ledgers whose placement was evaluated (not reused), all checks
+    replicas_checks: int = 0
+    replicas: ReplicasTally = field(default_factory=ReplicasTally)   # the last replicas check's findings
 
 
 def scan_ledgers(store: MetadataStore, batch: int,
@@ -91,6 +98,7 @@ class Auditor:
         self._checker = FragmentChecker(pool, sample_fraction=config.check_entry_sample_fraction,
                                         reads_in_flight_max=config.copy_reads_in_flight_max,
                                         timeout_s=config.bookie_timeout_ms / 1000)
+        self._pool = pool
         self.tracker = LostBookieTracker()
         self.stats = AuditorStats()
         self._cond = threading.Condition()
@@ -184,8 +192,13 @@ class Auditor:
     def _run(self) -> None:
         now = self._clock()
         next_audit = now                       # the first audit learns which bookies ledgers name
-        next_check = now + self._cfg.check_all_ledgers_interval_ms / 1000
-        next_placement = now + self._cfg.placement_check_interval_ms / 1000
+        # the periodic checks: [interval in s (0: off), the check, when it is next due]
+        periodic: list[list[Any]] = [
+            [interval_ms / 1000, check, now + interval_ms / 1000]
+            for interval_ms, check in ((self._cfg.check_all_ledgers_interval_ms, self._check_all),
+                                       (self._cfg.replicas_check_interval_ms, self._check_replicas),
+                                       (self._cfg.placement_check_interval_ms, self._check_placement))
+            if interval_ms]
         while not self._stopped():
             now = self._clock()
             explicit = self._take_events(now)
@@ -200,17 +213,11 @@ class Auditor:
                     next_audit = self._clock() + self._cfg.audit_interval_ms / 1000
                 else:
                     next_audit = self._clock() + RETRY_S
-            if self._cfg.check_all_ledgers_interval_ms and now >= next_check:
-                self._guard(self._check_all)
-                next_check = self._clock() + self._cfg.check_all_ledgers_interval_ms / 1000
-            if self._cfg.placement_check_interval_ms and now >= next_placement:
-                self._guard(self._check_placement)
-                next_placement = self._clock() + self._cfg.placement_check_interval_ms / 1000
-            wake = [next_audit]
-            if self._cfg.check_all_ledgers_interval_ms:
-                wake.append(next_check)
-            if self._cfg.placement_check_interval_ms:
-                wake.append(next_placement)
+            for timer in periodic:
+                if now >= timer[2]:
+                    self._guard(timer[1])
+                    timer[2] = self._clock() + timer[0]
+            wake = [next_audit, *(timer[2] for timer in periodic)]
             due_at = self.tracker.next_due_at(self._delay_s)
             if due_at is not None:
                 wake.append(max(due_at, max(self.tracker.pending.values()) + CONFIRM_LOST_S))
@@ -340,6 +347,33 @@ class Auditor:
         self.stats.ledgers_marked += found[1]
         log.info("auditor: checked every ledger (%d entry reads); %d fragments missing entries, %d ledgers marked",
                  window.probes, found[0], found[1])
+
+    def _check_replicas(self) -> None:
+        """Periodic replicas check (:mod:`recovery.replicas_check`): every bookie of every finished
+        fragment is asked which entries of its share it holds; one lacking any is marked missing
+        for that ledger. The same scan and window as :meth:`_check_all`, ids instead of entries."""
+        if not self._store.underreplication.is_replication_enabled():
+            return
+        available = self._current_available()
+        window = ListingWindow(self._pool, self._cfg.copy_reads_in_flight_max, self._cfg.bookie_timeout_ms / 1000)
+        found = [0, 0]   # fragments lacking entries, (ledger, bookie) marks
+        for scanned in self._views.scan(self._store, self._cfg.metadata_reads_in_flight_max):
+            if self._stopped():
+                return
+            for view, _data, _md in scanned:
+                if view.probe_md is not None:
+                    window.add(view.probe_md, available)
+            self._mark_lost_copies(window.found(), found)
+        self._mark_lost_copies(window.drain(), found)
+        t = window.tally
+        self.stats.replicas_checks += 1
+        self.stats.replicas = t
+        self.stats.fragments_missing_entries += found[0]
+        self.stats.ledgers_marked += found[1]
+        log.info("auditor: replicas check of every ledger (%d listed reads): %d entry copies lacking, %d ledgers "
+                 "marked; ledgers with an entry short of Qw %d, of Qa %d, with no copy %d", t.requests,
+                 t.entries_lacking, found[1], t.ledgers_below_write_quorum, t.ledgers_below_ack_quorum,
+                 t.ledgers_no_replica)
 
     def _mark_lost_copies(self, bad: dict[int, dict[str, list[int]]], found: list[int]) -> None:
         """Mark each ledger with the bookies that lack entries of it; counts into ``found``."""

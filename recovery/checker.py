@@ -155,22 +155,12 @@ class FragmentChecker:
         return lacking if self._valid_copies(md, bookie, ends) else None
 
     def _held(self, ledger_id: int, bookie: str, ids: list[int]) -> tuple[set[int], int] | None:
-        """(the held ones of ``ids``, how many of ``ids`` the answer speaks for: all, or for a
-        bookie that predates ids_only and answered a plain listed read cut by max_bytes, those up
-        to its last body); None when the answer tells nothing."""
+        """:func:`held_answer` of ``bookie``'s answer; None without one."""
         try:
             resp = self._pool.get(bookie).held_entries_future(ledger_id, ids).result(timeout=self._timeout_s)
-        except _NO_ANSWER:
+        except NO_ANSWER:
             return None
-        if resp.status in (pb.ENOLEDGER, pb.ENOENTRY):   # ENOENTRY: an older bookie holding none of them
-            return set(), len(ids)
-        if resp.status != pb.EOK:
-            return None
-        held = set(resp.entry_ids)
-        if not resp.bodies:
-            return held, len(ids)
-        last = resp.entry_ids[-1] if resp.entry_ids else None
-        return (held, ids.index(last) + 1) if last in ids else None
+        return held_answer(ids, resp)
 
     def _valid_copies(self, md: LedgerMetadata, bookie: str, entry_ids: list[int]) -> bool:
         """Does ``bookie`` answer each of ``entry_ids`` with a copy that passes its digest
@@ -213,8 +203,23 @@ def _launch_listed(pool: BookiePool, ledger_id: int, bookie: str, entry_id: int)
         return _launch(pool, ledger_id, bookie, entry_id)
 
 
+def held_answer(ids: list[int], resp: pb.ReadRangeResponse) -> tuple[set[int], int] | None:
+    """What an ids-only listed read of ``ids`` answered: (the held ones, how many of ``ids`` the
+    answer speaks for: all, or for a bookie that predates ids_only and answered a plain listed
+    read cut by its byte limit, those up to its last body); None when it tells nothing."""
+    if resp.status in (pb.ENOLEDGER, pb.ENOENTRY):   # ENOENTRY: an older bookie holding none of them
+        return set(), len(ids)
+    if resp.status != pb.EOK:
+        return None
+    held = set(resp.entry_ids)
+    if not resp.bodies:
+        return held, len(ids)
+    last = resp.entry_ids[-1] if resp.entry_ids else None
+    return (held, ids.index(last) + 1) if last in ids else None
+
+
 #: what a probe's future may raise; none of it says anything about the bookie's copy
-_NO_ANSWER = (grpc.RpcError, grpc.FutureTimeoutError, TimeoutError, errors.LedgerError)
+NO_ANSWER = (grpc.RpcError, grpc.FutureTimeoutError, TimeoutError, errors.LedgerError)
 
 
 def _missing(ledger_id: int, entry_id: int, fut: Any, digester: Digester | None, timeout_s: float) -> bool:
@@ -224,7 +229,7 @@ def _missing(ledger_id: int, entry_id: int, fut: Any, digester: Digester | None,
         return False
     try:
         resp = fut.result(timeout=timeout_s)
-    except _NO_ANSWER:
+    except NO_ANSWER:
         return False
     if resp.status in (pb.ENOENTRY, pb.ENOLEDGER):
         return True

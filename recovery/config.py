@@ -28,6 +28,7 @@ class AutoRecoveryConfig:
     audit_interval_ms: int = 900_000                  # periodic bookie check (index rebuilt, lost bookies marked)
     check_all_ledgers_interval_ms: int = 86_400_000   # periodic readability check of every fragment; 0 = off
     check_entry_sample_fraction: float = 0.0          # besides first and last, this fraction of a bookie's entries
+    replicas_check_interval_ms: int = 86_400_000      # periodic check that bookies hold every entry of theirs; 0 = off
     placement_check_interval_ms: int = 86_400_000     # periodic placement-policy check; 0 = off
     placement_min_locations_per_write_quorum: int = 2  # a write set must span this many network locations
     metadata_reads_in_flight_max: int = 256           # ledger-metadata reads pipelined in one batch while scanning

@@ -19,8 +19,10 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from ledger_client.stream.quota import read_all_usage
+from recovery.replicas_check import ReplicasTally
 
 if TYPE_CHECKING:
+    from recovery.auditor import AuditorStats
     from recovery.autorecovery import AutoRecovery
 
 log = logging.getLogger(__name__)
@@ -62,12 +64,25 @@ class AutoRecoveryCollector(Collector):
                      "AUDITOR_NUM_LEDGERS_NOT_ADHERING_TO_PLACEMENT_POLICY"):
             yield GaugeMetricFamily(name, "Closed ledgers whose copies break their placement groups (last check)",
                                     value=adhering)
+        yield from self._replicas(audit)
         queued = self._queue_length()
         if queued is not None:
             yield GaugeMetricFamily("auditor_NUM_UNDER_REPLICATED_LEDGERS",
                                     "Ledgers in the cluster's under-replication queue", value=float(queued))
         yield from self._storage()
         yield from self._subscriptions()
+
+    def _replicas(self, audit: AuditorStats | None) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
+        """The last replicas check's ledger counts under BookKeeper's names (recovery/replicas_check.py)."""
+        tally = audit.replicas if audit is not None else ReplicasTally()
+        yield CounterMetricFamily("auditor_REPLICAS_CHECK_RUNS", "Replicas checks run by this auditor",
+                                  value=float(audit.replicas_checks if audit is not None else 0))
+        for name, value, doc in (
+                ("NO_REPLICA_OF_AN_ENTRY", tally.ledgers_no_replica, "no bookie of its write set holds"),
+                ("LESS_THAN_AQ_REPLICAS_OF_AN_ENTRY", tally.ledgers_below_ack_quorum, "fewer than Qa bookies hold"),
+                ("LESS_THAN_WQ_REPLICAS_OF_AN_ENTRY", tally.ledgers_below_write_quorum, "fewer than Qw bookies hold")):
+            yield GaugeMetricFamily(f"auditor_NUM_LEDGERS_HAVING_{name}",
+                                    f"Ledgers with an entry that {doc} (last replicas check)", value=float(value))
 
     def _storage(self) -> Iterator[GaugeMetricFamily]:
         """Each namespace's bytes on bookies and its storage quota (DESIGN §4.10), read from

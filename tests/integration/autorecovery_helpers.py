@@ -28,6 +28,7 @@ FAST_AUTORECOVERY = {
     "acquire_poll_ms": 300,
     "audit_interval_ms": 60_000,
     "check_all_ledgers_interval_ms": 0,
+    "replicas_check_interval_ms": 0,
     "placement_check_interval_ms": 0,
     "bookie_timeout_ms": 3000,
     "copy_stall_timeout_ms": 20_000,

@@ -89,7 +89,10 @@ def test_autorecovery_metrics_move_as_a_killed_bookie_is_replaced(cluster_factor
         ar.wait_ready()
         url = f"http://127.0.0.1:{port}"
         wait_until(lambda: sample(scrape(url), "auditor_IS_AUDITOR") == 1.0, 30, "the process to be elected")
-        assert sample(scrape(url), "auditor_ELECTION_ATTEMPTS_total") >= 1
+        first = scrape(url)
+        assert sample(first, "auditor_ELECTION_ATTEMPTS_total") >= 1
+        assert sample(first, "auditor_REPLICAS_CHECK_RUNS_total") == 0   # off in these tests' settings
+        assert sample(first, "auditor_NUM_LEDGERS_HAVING_LESS_THAN_WQ_REPLICAS_OF_AN_ENTRY") == 0
         with client(sb) as c:
             lid, _ = write_ledger(c, 40, close=True)
             victim = c.ledger_metadata(lid).ensembles[0][0]

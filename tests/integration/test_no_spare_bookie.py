@@ -12,7 +12,9 @@ test, which adds a fourth. Every test leaves the bookies it stopped running agai
 - two bookies killed (fewer than Qa live): an append waits for a bookie to come back within the
   operation timeout, and fails with NotEnoughBookiesError after it, the ledger closed at its LAC;
 - a bookie that stops answering while entries complete without it (Qw3/Qa2) is replaced after
-  add_timeout_ms, and what it never acknowledged is re-replicated.
+  add_timeout_ms, and what it never acknowledged is re-replicated;
+- a bookie that lacks entries in the middle of its share, which no writer marked, is found by the
+  auditor's replicas check and gets exactly those entries back.
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ def sb(zk_server: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[San
     import uuid
 
     root = tmp_path_factory.mktemp("no-spare")
-    conf = write_autorecovery_conf(root / "autorecovery.toml")
+    conf = write_autorecovery_conf(root / "autorecovery.toml", replicas_check_interval_ms=1000)
     cluster = Sandbox(root / "cluster", 3, zk_connect=f"{zk_server}/t-{uuid.uuid4().hex[:12]}/ledgers",
                       bookie_settings={"zk_session_timeout_ms": 4000, "gc_interval_ms": 3_600_000,
                                        "autorecovery_enabled": True, "autorecovery_conf": str(conf)})
@@ -101,9 +103,10 @@ def test_writer_goes_on_without_a_spare_and_the_bookie_back_gets_every_entry(sb:
 
 def test_a_bookie_lacking_the_middle_of_its_share_gets_just_that_back_in_place(sb: Sandbox) -> None:
     """Both ends of its share held, entries 40..59 not (adds a writer's connection to it lost
-    while the writer went on): with no spare bookie the worker asks the bookie which entries it
-    holds (ids only, no bodies) and copies back the twenty it lacks. Reading its first and last
-    entry, as it did before, it found the bookie whole and cleared the mark with the gap left."""
+    while the writer went on, and the writer died before it marked the ledger): the auditor's
+    replicas check (every second here) asks each bookie which entries of its share it holds and
+    marks the ledger; with no spare bookie the worker copies back the twenty it lacks. Reading
+    first and last entries, as the periodic check and the worker did before, finds nothing."""
     from ledger_client.protocol import bookkeeper_pb2 as pb
     from ledger_client.protocol.framing import Digester, DigestType, master_key
     from ledger_client.transport import BookieClient
@@ -121,12 +124,13 @@ def test_a_bookie_lacking_the_middle_of_its_share_gets_just_that_back_in_place(s
                 assert [f.result(timeout=60).status for f in futures] == [pb.EOK] * len(futures)
         c.open_ledger(lid, b"")   # recovery: fenced and closed at entry 99
         assert not _replicated(c, lid, 100)
-        sb.store.underreplication.mark_underreplicated(lid, [victim])  # type: ignore[union-attr]
         wait_until(lambda: _replicated(c, lid, 100), 120, "entries 40..59 back on the bookie that lacked them")
         wait_until(lambda: lid not in sb.store.underreplication.list_underreplicated(), 60, "the mark to clear")  # type: ignore[union-attr]
         said = (f"ledger {lid} fragment 0: no spare bookie for ['{victim}'], which is back: "
                 "20 entries copied back in place")
-        assert any(said in b.log_path.read_text(errors="replace") for b in sb.bookies)   # not its whole share
+        logs = "".join(b.log_path.read_text(errors="replace") for b in sb.bookies)
+        assert f"ledger {lid}: bookie {victim} lacks 20 entries of fragment 0 (40..59 among them)" in logs
+        assert said in logs   # what it lacked, not its whole share
 
 
 def test_a_write_short_of_qa_waits_for_a_bookie_to_come_back(sb: Sandbox) -> None:

@@ -1,7 +1,8 @@
-"""FragmentChecker.lacking_entries: which entries of its share a bookie lacks, from listed reads of
-ids only, and from an older bookie that answers them as plain listed reads (bodies, cut by its
-byte limit). The bookie here is an in-memory twin of ReadRangeRequest's two answers; the real
-one is asked in tests/integration/test_read_connection.py and test_no_spare_bookie.py."""
+"""Which entries of its share a bookie lacks, from listed reads of ids only and from an older
+bookie that answers them as plain listed reads (bodies, cut by its byte limit): the worker's
+FragmentChecker.lacking_entries and the auditor's replicas check (ListingWindow). The bookies
+here are in-memory twins of ReadRangeRequest's two answers; the real ones are asked in
+tests/integration/test_read_connection.py and test_no_spare_bookie.py."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from ledger_client.protocol import bookkeeper_pb2 as pb
 from ledger_client.protocol.framing import Digester
 from metadata import DigestType, LedgerMetadata, LedgerState
 from recovery.checker import LIST_IDS_MAX, FragmentChecker
+from recovery.replicas_check import ListingWindow
 
 pytestmark = pytest.mark.unit
 
@@ -73,8 +75,8 @@ class TwinPool:
         return self.bookies[bookie]
 
 
-def _ledger(last: int, qw: int = 3) -> LedgerMetadata:
-    md = LedgerMetadata.new_open(LID, [A, B, C], write_quorum_size=qw, ack_quorum_size=2,
+def _ledger(last: int, qw: int = 3, lid: int = LID) -> LedgerMetadata:
+    md = LedgerMetadata.new_open(lid, [A, B, C], write_quorum_size=qw, ack_quorum_size=2,
                                  digest_type=DigestType.CRC32C, password=b"")
     return dataclasses.replace(md, state=LedgerState.CLOSED, last_entry_id=last, length=10 * (last + 1))
 
@@ -107,3 +109,65 @@ def test_no_answer_or_a_corrupt_end_tells_nothing() -> None:
     assert _lacking(TwinBookie(set(range(100)), silent=True), md) is None
     assert _lacking(TwinBookie(set(range(100)), corrupt=frozenset({99})), md) is None
     assert _lacking(TwinBookie(set(range(100)), corrupt=frozenset({50})), md) == []   # only the ends are read
+
+
+class LedgersTwin:
+    """Bookies holding several ledgers: (bookie, ledger) -> held ids."""
+
+    def __init__(self, held: dict[tuple[str, int], set[int]], old: frozenset[str] = frozenset(),
+                 silent: frozenset[str] = frozenset()) -> None:
+        self.held, self.old, self.silent = held, old, silent
+
+    def get(self, bookie: str) -> TwinLedgerBookie:
+        return TwinLedgerBookie(self, bookie)
+
+
+class TwinLedgerBookie:
+    def __init__(self, twin: LedgersTwin, bookie: str) -> None:
+        self.twin, self.bookie = twin, bookie
+
+    def held_entries_future(self, ledger_id: int, ids: list[int]) -> Future[object]:
+        held = self.twin.held.get((self.bookie, ledger_id), set())
+        one = TwinBookie(held, old=self.bookie in self.twin.old, silent=self.bookie in self.twin.silent)
+        return one.held_entries_future(ledger_id, ids)
+
+
+@pytest.mark.parametrize("window", [1, 2, 64])
+def test_replicas_check_marks_each_bookie_lacking_entries_and_counts_ledgers_by_their_worst_entry(
+        window: int) -> None:
+    full = set(range(100))
+    lids = [1, 2, 3, 4, 5]
+    held = {(b, lid): set(full) for b in (A, B, C) for lid in lids}
+    held[(B, 2)] -= set(range(40, 60))                       # one copy short: below Qw
+    held[(A, 3)] -= {7}
+    held[(B, 3)] -= {7}                                     # two short of entry 7: below Qa too
+    for b in (A, B, C):
+        held[(b, 4)] -= {99}                                # nobody has entry 99: no replica
+    held[(C, 5)] = set()                                     # C holds nothing of ledger 5
+    win = ListingWindow(LedgersTwin(held), window, timeout_s=1.0)  # type: ignore[arg-type]
+    for lid in lids:
+        win.add(_ledger(99, lid=lid), available={A, B, C})
+    bad = win.drain()
+    assert {lid: sorted(by) for lid, by in bad.items()} == {2: [B], 3: [A, B], 4: [A, B, C], 5: [C]}
+    t = win.tally
+    assert (t.ledgers_below_write_quorum, t.ledgers_below_ack_quorum, t.ledgers_no_replica) == (4, 2, 1)
+    assert t.entries_lacking == 20 + 2 + 3 + 100 and t.requests == 15
+
+
+def test_replicas_check_asks_only_available_bookies_and_a_silent_one_proves_nothing() -> None:
+    held = {(b, LID): set(range(10)) for b in (A, B)}          # C lacks everything
+    win = ListingWindow(LedgersTwin(held, silent=frozenset({B})), 4, timeout_s=1.0)  # type: ignore[arg-type]
+    win.add(_ledger(9), available={A, B})
+    assert win.drain() == {} and win.tally.requests == 2
+    win.add(_ledger(9), available={A, B, C})
+    assert win.drain() == {LID: {C: [0]}} and win.tally.ledgers_below_write_quorum == 1
+
+
+def test_replicas_check_takes_an_older_bookies_answer_for_what_it_speaks_for() -> None:
+    """A bookie that predates ids_only answers a plain listed read, cut after a few bodies: the
+    entries past its last body are not known lacking (they wait for the bookie's upgrade)."""
+    held = {(A, LID): set(range(100)) - {1, 50}, (B, LID): set(), (C, LID): set(range(100))}
+    win = ListingWindow(LedgersTwin(held, old=frozenset({A, B})), 8, timeout_s=1.0)  # type: ignore[arg-type]
+    win.add(_ledger(99), available={A, B, C})
+    assert win.drain() == {LID: {A: [0], B: [0]}}
+    assert win.tally.entries_lacking == 1 + 100   # A's 50 is past its answer's last body (3)
