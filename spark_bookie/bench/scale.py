@@ -9,8 +9,8 @@ the rest are empty. Streams are spread over 10 namespaces, roll a segment every 
 
 Measured at each size: ledger create rate (one client, ``create_ledger`` + ``close``, 16 threads
 and a plain loop) and delete rate (16 threads); ``list_ledgers`` and ``stream_info`` (a stream
-of many segments) times; the auditor's first audit and full check of every ledger (an
-in-process AutoRecovery, auditor only, as autorecovery runs it); a bookie's forced GC round (admin
+of many segments) times; the auditor's first audit, full check and replicas check of every
+ledger (an in-process AutoRecovery, auditor only, as autorecovery runs it); a bookie's forced GC round (admin
 API, timed by its own gc metric); the bookies' and ZooKeeper's resident memory; znodes and
 ZooKeeper writes per ledger and per stream segment (``mntr`` / ``srvr``); the time from a kill -9
 of a bookie until `spark-bookie autorecovery` processes have moved every ledger it held off it
@@ -260,9 +260,11 @@ def _measure(run: Run, size: Size, progress: StepProgress) -> dict[str, Any]:
     res["memory"] = measure.memory(run.sb.pids(run.alive), run.sb.zk_pid)
     res["cold_start"] = measure.cold_starts(run.sb.connect_string, run.plan.cold_starts)
     res["auditor"] = measure.auditor_checks(run.sb.connect_string, run.plan.auditor_cap_s)
-    if not res["auditor"]["complete"]:
-        run.notes.append(f"{size.name}: the auditor's two full checks did not finish within "
-                         f"{run.plan.auditor_cap_s:.0f} s ({res['auditor']['marks_s']})")
+    res["replicas_check"] = measure.auditor_checks(run.sb.connect_string, run.plan.auditor_cap_s, replicas=True)
+    for key, what in (("auditor", "full checks"), ("replicas_check", "replicas checks")):
+        if not res[key]["complete"]:
+            run.notes.append(f"{size.name}: the auditor's two {what} did not finish within "
+                             f"{run.plan.auditor_cap_s:.0f} s ({res[key]['marks_s']})")
     res.update(_gc_and_deletes(run))
     res["bookies"] = len(run.alive)
     res["plain_ledgers"], res["streams"] = len(run.ids), run.streams

@@ -145,15 +145,18 @@ def gc_round(base: str, timeout_s: float) -> float:
 
 # ---------------------------------------------------------------- the auditor's full check
 
-def auditor_checks(zk: str, cap_s: float, interval_ms: int = 200) -> dict[str, Any]:
+def auditor_checks(zk: str, cap_s: float, interval_ms: int = 200, replicas: bool = False) -> dict[str, Any]:
     """An auditor run in-process the way autorecovery runs it (an AutoRecovery object, auditor
     only), its full check of every ledger due every ``interval_ms``: the seconds of its first audit
     (the bookie index, built from every ledger's metadata), of its first full check (which starts
-    when that audit ends) and of the second (which starts ``interval_ms`` after the first ended)."""
+    when that audit ends) and of the second (which starts ``interval_ms`` after the first ended).
+    ``replicas``: the replicas check (every entry's presence on every bookie) instead of the read
+    check (first and last entries read)."""
     from recovery.autorecovery import AutoRecovery
     from recovery.config import AutoRecoveryConfig
 
-    cfg = AutoRecoveryConfig(check_all_ledgers_interval_ms=interval_ms, placement_check_interval_ms=0,
+    cfg = AutoRecoveryConfig(check_all_ledgers_interval_ms=0 if replicas else interval_ms,
+                             replicas_check_interval_ms=interval_ms if replicas else 0, placement_check_interval_ms=0,
                              audit_interval_ms=3_600_000, stream_maintenance_interval_ms=0)
     ar = AutoRecovery(zk, cfg, candidate_id="bench-scale-auditor", run_worker=False)
     marks: dict[str, float] = {}
@@ -171,7 +174,7 @@ def auditor_checks(zk: str, cap_s: float, interval_ms: int = 200) -> dict[str, A
                 if stats.audits >= 1:
                     marks.setdefault("audit_1", now)
                 for k in (1, 2):
-                    if stats.ledger_checks >= k:
+                    if (stats.replicas_checks if replicas else stats.ledger_checks) >= k:
                         marks.setdefault(f"check_{k}", now)
             time.sleep(POLL_S)
     finally:

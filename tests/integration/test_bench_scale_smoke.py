@@ -14,6 +14,7 @@ pytestmark = pytest.mark.integration
 
 FIGURES = ("create_per_s_16_threads", "create_per_s_loop", "delete_per_s_16_threads", "list_ledgers_ms",
            "stream_info_ms", "auditor_audit_s", "auditor_full_check_s", "auditor_full_check_again_s",
+           "auditor_replicas_check_s", "auditor_replicas_check_again_s",
            "gc_round_after_deletes_ms", "gc_round_idle_ms", "bookie_rss_median_mb", "bookie_rss_max_mb",
            "zookeeper_rss_mb", "znodes_per_ledger", "zk_writes_per_ledger", "znodes_per_segment",
            "zk_writes_per_segment", "rereplication_s", "rereplication_ledgers_per_s", "cold_start_first_ledger_ms",
