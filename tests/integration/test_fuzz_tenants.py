@@ -1,10 +1,11 @@
 """Seeded cross-tenant fuzzing of both bookie ports (DESIGN §4.8, §4.9, invariant 11).
 
 A role holding a valid token and no grant (``intruder``) sends a few hundred random requests
-straight to the bookies, past every check of the client: reads, range and listed reads, long
-polls, fences with the right and a wrong master key, adds with the right key (normal and recovery),
-explicit LAC writes and reads; on the gRPC port, on the TCP port through the client's transport,
-and as hand-built TCP frames (some carrying a forged token to rotate to). Targets: the segment
+straight to the bookies, past every check of the client: reads, range and listed reads (with
+bodies, or ids only: which entries a bookie holds), long polls, fences with the right and a wrong
+master key, adds with the right key (normal and recovery), explicit LAC writes and reads; on the
+gRPC port, on the TCP port through the client's transport, and as hand-built TCP frames (some
+carrying a forged token to rotate to). Targets: the segment
 ledgers of other tenants' streams, private ledgers of other roles, and guessed ids (0..200, huge,
 negative). Every answer must be EUA, ENOLEDGER, EBADREQ or a clean gRPC refusal, never EOK, never
 a hang; afterwards both bookies are alive, registered and serving, the victims' writers were not
@@ -243,7 +244,8 @@ class Intruder:
             ids = sorted(rng.sample(range(0, 300), rng.randrange(1, 8)))
             if rng.random() < 0.2:
                 ids.reverse()   # not ascending: a bad request
-            resp = self.call(what, lambda: c.read_entries_future(lid, ids).result(timeout=ANSWER_TIMEOUT_S))
+            listed = c.held_entries_future if rng.random() < 0.5 else c.read_entries_future   # ids only, or bodies
+            resp = self.call(what, lambda: listed(lid, ids).result(timeout=ANSWER_TIMEOUT_S))
         elif op == "long_poll":
             resp = self.call(what, lambda: c.read(lid, max(eid, 0), previous_lac=rng.choice([-1, 0, 5, eid]),
                                                   long_poll_timeout_ms=300, piggyback=rng.random() < 0.5))
@@ -292,6 +294,7 @@ class Intruder:
                 r = rng.random()
                 if r < 0.3:
                     req.entry_ids.extend(sorted(rng.sample(range(0, 300), rng.randrange(1, 6))))
+                    req.ids_only = rng.random() < 0.5
                 elif r < 0.5:
                     req.wait_for_lac, req.previous_lac, req.timeout_ms = True, rng.choice([-1, 0, 7]), 300
                 frames.append(frame(req.SerializeToString()))

@@ -133,6 +133,7 @@ def test_raw_requests_of_a_role_without_grants_are_refused_by_the_bookies(sb, tr
             for lid in [*ledgers, *range(0, 40)]:                      # known and guessed ids
                 assert bc.read_range(lid, 0, 3).status in (pb.EUA, pb.ENOLEDGER), lid
                 assert bc.read(lid, 0).status in (pb.EUA, pb.ENOLEDGER), lid
+                assert bc.held_entries_future(lid, [0, 1, 2]).result(timeout=20).status in (pb.EUA, pb.ENOLEDGER), lid
             lid = ledgers[0]
             assert bc.read_lac(lid).status == pb.EUA
             assert bc.read(lid, 0, previous_lac=-1, long_poll_timeout_ms=100).status == pb.EUA
