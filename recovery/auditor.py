@@ -39,7 +39,7 @@ from typing import Any
 from ledger_client.bookies import BookiePool
 from metadata import LedgerMetadata, MetadataError, MetadataStore
 
-from .checker import FragmentChecker
+from .checker import FragmentChecker, ProbeWindow
 from .config import AutoRecoveryConfig
 from .groups import LedgerGroups
 from .ledger_views import LedgerView, LedgerViews, index_of
@@ -330,17 +330,10 @@ class Auditor:
         round trip per ledger. Losses are marked after each metadata batch, in one batch."""
         if not self._store.underreplication.is_replication_enabled():
             return
-        available = self._current_available()
         window = self._checker.window()
-        found = [0, 0]   # fragments missing entries, (ledger, bookie) marks
-        for scanned in self._views.scan(self._store, self._cfg.metadata_reads_in_flight_max):
-            if self._stopped():
-                return
-            for view, _data, _md in scanned:
-                if view.probe_md is not None:
-                    window.add(view.probe_md, available)
-            self._mark_lost_copies(window.found(), found)
-        self._mark_lost_copies(window.drain(), found)
+        found = self._scan_and_mark(window)
+        if found is None:
+            return
         self.stats.probes += window.probes
         self.stats.ledger_checks += 1
         self.stats.fragments_missing_entries += found[0]
@@ -354,17 +347,10 @@ class Auditor:
         for that ledger. The same scan and window as :meth:`_check_all`, ids instead of entries."""
         if not self._store.underreplication.is_replication_enabled():
             return
-        available = self._current_available()
         window = ListingWindow(self._pool, self._cfg.copy_reads_in_flight_max, self._cfg.bookie_timeout_ms / 1000)
-        found = [0, 0]   # fragments lacking entries, (ledger, bookie) marks
-        for scanned in self._views.scan(self._store, self._cfg.metadata_reads_in_flight_max):
-            if self._stopped():
-                return
-            for view, _data, _md in scanned:
-                if view.probe_md is not None:
-                    window.add(view.probe_md, available)
-            self._mark_lost_copies(window.found(), found)
-        self._mark_lost_copies(window.drain(), found)
+        found = self._scan_and_mark(window)
+        if found is None:
+            return
         t = window.tally
         self.stats.replicas_checks += 1
         self.stats.replicas = t
@@ -374,6 +360,22 @@ class Auditor:
                  "marked; ledgers with an entry short of Qw %d, of Qa %d, with no copy %d", t.requests,
                  t.entries_lacking, found[1], t.ledgers_below_write_quorum, t.ledgers_below_ack_quorum,
                  t.ledgers_no_replica)
+
+    def _scan_and_mark(self, window: ProbeWindow | ListingWindow) -> list[int] | None:
+        """Every ledger with finished fragments through ``window`` (a full check's reads, on the
+        available bookies), marking what each metadata batch's answers showed lost, in one batch;
+        [fragments lacking entries, (ledger, bookie) marks], or None if the auditor stopped."""
+        available = self._current_available()
+        found = [0, 0]
+        for scanned in self._views.scan(self._store, self._cfg.metadata_reads_in_flight_max):
+            if self._stopped():
+                return None
+            for view, _data, _md in scanned:
+                if view.probe_md is not None:
+                    window.add(view.probe_md, available)
+            self._mark_lost_copies(window.found(), found)
+        self._mark_lost_copies(window.drain(), found)
+        return found
 
     def _mark_lost_copies(self, bad: dict[int, dict[str, list[int]]], found: list[int]) -> None:
         """Mark each ledger with the bookies that lack entries of it; counts into ``found``."""
