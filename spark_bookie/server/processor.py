@@ -400,6 +400,8 @@ class RequestProcessor:
     async def _read_range(self, req: pb.ReadRangeRequest, caller: Caller | None) -> pb.ReadRangeResponse:
         lid, first, last = req.ledger_id, req.first_entry_id, req.last_entry_id
         ids = _listed_ids(lid, req.entry_ids) if req.entry_ids else None  # listed: the range is not used
+        if req.ids_only and ids is None:
+            raise BadRequestError(f"ledger {lid}: ids_only needs the entry ids to look for (a listed read)")
         max_bytes = await self._range_checks(req, caller, listed=ids is not None)
         if ids is not None and req.ids_only:
             held = await self._in_executor(self._storage.held_entries, lid, ids)

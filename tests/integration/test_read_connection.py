@@ -78,6 +78,7 @@ def test_ids_only_names_the_held_entries_on_both_transports(cluster_factory):
             assert (r.status, list(r.entry_ids)) == (pb.EOK, []), transport
             assert c.held_entries_future(99, [0]).result(timeout=10).status == pb.ENOLEDGER, transport
             assert c.held_entries_future(6, [3, 2]).result(timeout=10).status == pb.EBADREQ, transport
+            assert c.held_entries_future(6, []).result(timeout=10).status == pb.EBADREQ, transport   # no ids
 
 
 def test_more_reads_at_once_than_a_connection_serves_all_get_answers(cluster_factory):
