@@ -155,14 +155,19 @@ def copy_runs(md: LedgerMetadata, repair: FragmentRepair, new_bookies: Mapping[i
     replaced = set(repair.positions)
     runs: list[CopyRun] = []
     open_runs: dict[tuple[tuple[str, ...], tuple[str, ...]], list[int]] = {}
+
+    def lacks(p: int, e: int) -> bool:   # a replaced position lacks all of its share but what `only` says
+        return p in replaced and (only is None or p not in only or e in only[p])
+
     for e in range(repair.first_entry_id, repair.last_entry_id + 1):
         ws = write_set(e, md.ensemble_size, md.write_quorum_size)
-        targets = tuple(new_bookies[p] for p in ws if p in replaced and (only is None or p not in only or e in only[p]))
+        targets = tuple(new_bookies[p] for p in ws if lacks(p, e))
         if not targets:
             continue
-        survivors = [repair.ensemble[p] for p in sorted(ws) if p not in replaced]
+        # a bookie being filled that holds this entry is a source like any other
+        survivors = [repair.ensemble[p] for p in sorted(ws) if not lacks(p, e)]
         # a bookie being replaced that still answers (decommissioned while alive) is the last resort
-        leaving = [repair.ensemble[p] for p in sorted(ws) if p in replaced and repair.ensemble[p] in reachable]
+        leaving = [repair.ensemble[p] for p in sorted(ws) if lacks(p, e) and repair.ensemble[p] in reachable]
         if not survivors and not leaving:
             raise FragmentUnrecoverableError(
                 f"ledger {md.ledger_id} entry {e}: every bookie of its write set "

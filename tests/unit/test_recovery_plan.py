@@ -131,6 +131,11 @@ def test_copy_runs_fill_in_place_copies_only_the_entries_a_position_lacks():
     to_c = sorted(e for r in runs for e in r.entry_ids if C in r.targets)
     assert to_b == list(range(40, 60)) and to_c == list(range(100))
     assert copy_runs(md, repair, {1: B, 2: C}, reachable={A}, max_entries=1000, only={1: set(), 2: set()}) == []
+    # every bookie of the write sets lacks a different entry: each entry is read from those holding it
+    every = dataclasses.replace(plan_repair(md, {A, B, C})[0], positions=(0, 1, 2))
+    runs = copy_runs(md, every, {0: A, 1: B, 2: C}, reachable=set(), max_entries=1000, only={0: {5}, 1: {7}, 2: {9}})
+    assert sorted((e, r.targets, set(r.sources)) for r in runs for e in r.entry_ids) == [
+        (5, (A,), {B, C}), (7, (B,), {A, C}), (9, (C,), {A, B})]
 
 
 def test_copy_runs_prefer_reachable_sources_and_fail_without_any():
