@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +53,26 @@ def write_ledger(c: LedgerClient, entries: int, *, close: bool, size: int = 200,
     if close:
         w.close()
     return w.ledger_id, w
+
+
+def ledger_with_gap(c: LedgerClient, gap: Collection[int], entries: int = 100, size: int = 200) -> tuple[int, str]:
+    """A closed E3/Qw3/Qa2 ledger of ``entries`` known payloads whose second bookie lacks ``gap``
+    (written by raw adds, as a writer that lost its connection to that bookie for a while and
+    died before marking the ledger; closed by recovery): (its id, that bookie)."""
+    from ledger_client.protocol.framing import master_key
+    from ledger_client.transport import BookieClient
+
+    w = c.create_ledger(3, 3, 2)   # its handle writes nothing: the adds below are the writer's
+    lid, ensemble = w.ledger_id, w.metadata.ensembles[0]
+    digester = Digester(DigestType.CRC32C, b"")
+    bodies = [digester.frame(lid, e, e - 1, (e + 1) * size, data(lid, e, size)) for e in range(entries)]
+    for b in ensemble:
+        with BookieClient(b) as bc:
+            futures = [bc.add(lid, e, master_key(b""), bodies[e]) for e in range(entries)
+                       if not (b == ensemble[1] and e in gap)]
+            assert [f.result(timeout=60).status for f in futures] == [pb.EOK] * len(futures)
+    c.open_ledger(lid, b"")   # recovery: fenced and closed at the last entry
+    return lid, ensemble[1]
 
 
 def ledgers_naming(store: MetadataStore, bookie: str) -> list[int]:

@@ -26,7 +26,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from autorecovery_helpers import assert_every_replica_has_every_entry, write_autorecovery_conf
+from autorecovery_helpers import assert_every_replica_has_every_entry, ledger_with_gap, write_autorecovery_conf
 from bookie_helpers import wait_until
 from client_helpers import bookie_of, client, data
 
@@ -107,22 +107,8 @@ def test_a_bookie_lacking_the_middle_of_its_share_gets_just_that_back_in_place(s
     replicas check (every second here) asks each bookie which entries of its share it holds and
     marks the ledger; with no spare bookie the worker copies back the twenty it lacks. Reading
     first and last entries, as the periodic check and the worker did before, finds nothing."""
-    from ledger_client.protocol import bookkeeper_pb2 as pb
-    from ledger_client.protocol.framing import Digester, DigestType, master_key
-    from ledger_client.transport import BookieClient
-
     with client(sb) as c:
-        w = c.create_ledger(3, 3, 2)   # its handle writes nothing: the adds below are the writer's
-        lid, ensemble = w.ledger_id, w.metadata.ensembles[0]
-        victim = ensemble[1]
-        digester = Digester(DigestType.CRC32C, b"")
-        bodies = [digester.frame(lid, e, e - 1, (e + 1) * SIZE, data(lid, e, SIZE)) for e in range(100)]
-        for b in ensemble:
-            with BookieClient(b) as bc:
-                futures = [bc.add(lid, e, master_key(b""), bodies[e]) for e in range(100)
-                           if not (b == victim and 40 <= e < 60)]
-                assert [f.result(timeout=60).status for f in futures] == [pb.EOK] * len(futures)
-        c.open_ledger(lid, b"")   # recovery: fenced and closed at entry 99
+        lid, victim = ledger_with_gap(c, range(40, 60), size=SIZE)
         assert not _replicated(c, lid, 100)
         wait_until(lambda: _replicated(c, lid, 100), 120, "entries 40..59 back on the bookie that lacked them")
         wait_until(lambda: lid not in sb.store.underreplication.list_underreplicated(), 60, "the mark to clear")  # type: ignore[union-attr]

@@ -1,5 +1,6 @@
 """`spark-bookie shell` over the re-replication queue and the auditor election, as a subprocess
-against a real ZooKeeper (no bookie is needed for any of these commands)."""
+against a real ZooKeeper (no bookie is needed for these commands), and `checkledger`, which asks
+real bookies which entries they hold."""
 
 from __future__ import annotations
 
@@ -72,3 +73,26 @@ def test_whoisauditor(zk_connect: str) -> None:
             first.close()  # the auditor goes: the next candidate takes over
             assert ok(spark_bookie(*shell, "whoisauditor")) == ["10.0.0.6:3181"]
     assert ok(spark_bookie(*shell, "whoisauditor")) == ["no auditor"]
+
+
+def test_checkledger_names_each_bookies_gap_and_marks_it_on_request(cluster_factory) -> None:
+    from autorecovery_helpers import ledger_with_gap
+    from client_helpers import client
+
+    sb = cluster_factory(3)
+    shell = ("shell", "--zk", sb.connect_string, "checkledger")
+    with client(sb) as c:
+        lid, victim = ledger_with_gap(c, [*range(40, 60), 77])
+        whole, _ = ledger_with_gap(c, [], entries=5)
+    proc = spark_bookie(*shell, str(lid))
+    assert proc.returncode == 1, proc.stdout + proc.stderr   # a bookie lacks entries
+    assert f"fragment 0..99 {victim}: lacks 21 of 100: 40..59, 77" in proc.stdout.splitlines()
+    assert sum("holds all 100" in line for line in proc.stdout.splitlines()) == 2
+    assert sb.store.underreplication.list_underreplicated() == {}   # nothing marked without --mark
+    said = json.loads(spark_bookie(*shell, str(lid), "--json", "--mark").stdout)
+    assert said["marked"] == [victim]
+    assert [r["lacking"] for r in said["fragments"] if r["bookie"] == victim] == [[*range(40, 60), 77]]
+    assert sb.store.underreplication.list_underreplicated() == {lid: [victim]}
+    assert ok(spark_bookie(*shell, str(whole)))[0].endswith("holds all 5")
+    missing = spark_bookie(*shell, "999999999")
+    assert missing.returncode == 2 and "999999999" in missing.stderr, missing.stderr
