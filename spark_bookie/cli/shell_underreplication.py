@@ -54,8 +54,9 @@ def cmd_lostbookierecoverydelay(client: LedgerClient, args: argparse.Namespace) 
 def cmd_checkledger(client: LedgerClient, args: argparse.Namespace) -> int:
     """Ask every bookie of each finished fragment which entries of its share it holds (ids only,
     as the auditor's replicas check does); print one line per fragment and bookie. Exit 0 when
-    every copy is there, 1 when a bookie lacks entries or did not answer. ``--mark``: queue the
-    ledger for the replication workers with the bookies that lack entries."""
+    every copy is there, 1 when a bookie lacks entries or did not answer. An open ledger's last
+    fragment is its writer's and is not checked. ``--mark``: queue the ledger for the replication
+    workers with the bookies that lack entries."""
     from recovery.checker import FragmentChecker
     from recovery.plan import checkable_fragments, positions_entries
 
@@ -80,6 +81,8 @@ def cmd_checkledger(client: LedgerClient, args: argparse.Namespace) -> int:
         print(f"fragment {r['fragment']}..{r['last_entry_id']} {r['bookie']}: {_said(r['lacking'], r['entries'])}")
     if args.mark and short and not args.json:
         print(f"marked under-replicated for {', '.join(sorted(short))}")
+    if not md.is_closed and not args.json:   # its writer's: entries may still be on their way
+        print(f"fragment {max(md.ensembles)}.. (open, the writer's): not checked")
     return 0 if all(r["lacking"] == [] for r in rows) else 1
 
 

@@ -84,6 +84,10 @@ def test_checkledger_names_each_bookies_gap_and_marks_it_on_request(cluster_fact
     with client(sb) as c:
         lid, victim = ledger_with_gap(c, [*range(40, 60), 77])
         whole, _ = ledger_with_gap(c, [], entries=5)
+        w = c.create_ledger(3, 3, 2)
+        w.append(b"open")
+        assert ok(spark_bookie(*shell, str(w.ledger_id))) == ["fragment 0.. (open, the writer's): not checked"]
+        w.close()
     proc = spark_bookie(*shell, str(lid))
     assert proc.returncode == 1, proc.stdout + proc.stderr   # a bookie lacks entries
     assert f"fragment 0..99 {victim}: lacks 21 of 100: 40..59, 77" in proc.stdout.splitlines()
