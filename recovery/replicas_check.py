@@ -65,8 +65,8 @@ class ListingWindow:
         self._timeout_s = timeout_s
         self._in_flight: deque[_Listing] = deque()
         self._bad: dict[int, dict[str, list[int]]] = {}
-        self._ledger: tuple[LedgerMetadata, Counter[int]] | None = None   # the ledger whose answers come in
         self._pending: deque[LedgerMetadata] = deque()   # ledgers added, in order, whose answers are not all in
+        self._lacking_copies: Counter[int] = Counter()   # entry -> bookies lacking it, of the oldest pending ledger
         self.tally = ReplicasTally()
 
     def add(self, md: LedgerMetadata, available: Collection[str]) -> None:
@@ -113,10 +113,7 @@ class ListingWindow:
         lacking = self._lacking(lst)
         if not lacking:
             return
-        md = self._pending[0]
-        if self._ledger is None or self._ledger[0] is not md:
-            self._ledger = (md, Counter())
-        self._ledger[1].update(lacking)
+        self._lacking_copies.update(lacking)   # the oldest pending ledger's: the loop above closed older ones
         self.tally.entries_lacking += len(lacking)
         keys = self._bad.setdefault(lst.ledger_id, {}).setdefault(lst.bookie, [])
         if lst.fragment not in keys:
@@ -140,11 +137,10 @@ class ListingWindow:
     def _close_ledger(self) -> None:
         """The oldest pending ledger's answers are all in: count its worst entry."""
         md = self._pending.popleft()
-        if self._ledger is None or self._ledger[0] is not md:
+        if not self._lacking_copies:
             return
-        worst = max(self._ledger[1].values())
-        self._ledger = None
-        copies = md.write_quorum_size - worst
+        copies = md.write_quorum_size - max(self._lacking_copies.values())
+        self._lacking_copies.clear()
         t = self.tally
         t.ledgers_no_replica += copies <= 0
         t.ledgers_below_ack_quorum += copies < md.ack_quorum_size
