@@ -330,6 +330,11 @@ class Bookie:
             self._registered_read_only = read_only
 
     def _on_read_only_change(self, read_only: bool) -> None:
+        if read_only and not self._stopped:
+            # BookKeeper's forced GC when the disks fill: an entry log orphaned by a crash in the
+            # middle of a flush (the journal replays its entries into a new one) is dead space that
+            # would otherwise keep a nearly full bookie read-only until the next GC interval.
+            self.trigger_gc()
         if self._registered_read_only is None or self._stopped:
             return  # not registered yet: start() registers in the right place
         try:

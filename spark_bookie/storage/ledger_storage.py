@@ -60,7 +60,12 @@ class LogUsage:
 
     @property
     def live_ratio(self) -> float:
-        return self.live_bytes / self.total_bytes if self.total_bytes else 0.0
+        """Live bytes over what the log holds, its file where that is larger: a crash in the middle
+        of a flush leaves blocks no index entry points at (the journal replays them into a new
+        log) that would otherwise hold their space for ever. An uncompressed log's file exceeds
+        its accounting only by block headers; a compressed one's is smaller."""
+        total = max(self.total_bytes, self.file_bytes)
+        return self.live_bytes / total if total else 0.0
 
 
 class LedgerStorage:

@@ -19,6 +19,7 @@ from bookie_helpers import body, wait_until
 from ledger_client.protocol import bookkeeper_pb2 as pb
 from ledger_client.protocol.framing import master_key
 from ledger_client.transport import BookieClient
+from spark_bookie.storage.entry_log import EntryLogger, log_file_name
 
 pytestmark = pytest.mark.integration
 
@@ -136,3 +137,39 @@ def test_bookie_starts_read_only_on_a_disk_filled_to_the_last_byte(cluster_facto
                    what="writable after space was freed")
         assert c.add(LEDGER, 200, master_key(b""), body(LEDGER, 200, ENTRY)).result(30).status == pb.EOK
         _read_all(c, acked + [200])
+
+
+def test_an_entry_log_orphaned_by_a_crash_is_reclaimed_at_once_on_a_full_disk(cluster_factory, tmpfs):
+    """A crash in the middle of a flush leaves an entry log the index never heard of (the journal
+    replays its entries into a new one). On a nearly full disk that dead space made the bookie
+    start read-only and stay so until its next GC round (an hour in these tests); turning
+    read-only now runs a GC round at once, as BookKeeper forces GC when its disks fill."""
+    sb = cluster_factory(0)
+    disk = _disks(sb, tmpfs)
+    sb.store.ledgers.create_ledger_node(LEDGER, b"")
+    b = sb.add_bookie()
+    with BookieClient(b.bookie_id) as c:
+        acked = [e for e in range(20)
+                 if c.add(LEDGER, e, master_key(b""), body(LEDGER, e, ENTRY)).result(30).status == pb.EOK]
+        assert len(acked) == 20
+    b.kill()
+    current = disk / "current"
+    orphan_id = max([int(p.stem, 16) for p in current.glob("*.log")], default=-1) + 1
+    orphan = EntryLogger(current, log_size_bytes_max=1 << 30, block_bytes=64 << 10, compression="none",
+                         allocate_log_id=lambda: orphan_id)
+    # the interrupted flush: 52 MiB of real blocks, synced, never indexed (leaves < 12 MiB free)
+    orphan.append([(LEDGER, 1_000 + i, body(LEDGER, 1_000 + i, ENTRY)) for i in range(52 * 16)])
+    orphan.sync()
+    orphan.close()
+    assert (current / log_file_name(orphan_id)).exists()
+    sb.restart(b)
+    store = sb.store
+    with BookieClient(b.bookie_id) as c:
+        wait_until(lambda: not c.info().read_only and b.bookie_id in store.cluster.list_bookies()
+                   and b.bookie_id not in store.cluster.list_bookies(readonly=True),
+                   what="writable again once GC took the orphaned log")
+        assert "bookie is now READ-ONLY" in b.log_tail(200)   # it did start read-only
+        assert not (current / log_file_name(orphan_id)).exists()
+        _read_all(c, acked)
+        assert c.add(LEDGER, 20, master_key(b""), body(LEDGER, 20, ENTRY)).result(30).status == pb.EOK
+        _read_all(c, acked + [20])

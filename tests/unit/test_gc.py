@@ -163,6 +163,29 @@ def test_orphan_log_without_accounting_is_deleted(storage: LedgerStorage) -> Non
         s.close()
 
 
+def test_orphan_tail_of_an_accounted_log_is_reclaimed(storage: LedgerStorage) -> None:
+    """A crash in the middle of a flush into a log that earlier flushes already filled leaves
+    bytes no index entry points at, after accounted ones: they count as dead space, so the log
+    is compacted (its live entries kept) rather than holding that space for ever."""
+    fill(storage, 1, 50)
+    storage.flush()
+    log_id = storage.entry_logger.current_log_id
+    # the interrupted flush: blocks written and synced, the index batch never written
+    storage.entry_logger.append([(1, 50 + e, body(1, 50 + e)) for e in range(150)])
+    storage.entry_logger.sync()
+    s = restart(storage)
+    try:
+        (usage,) = [u for u in s.gc_log_usage() if u.log_id == log_id]
+        assert usage.live_ratio < 0.3, usage
+        stats = GarbageCollector(s, lambda local: set(), compaction_ratio_threshold=0.5).run_once()
+        assert stats.logs_compacted == 1 and log_id not in s.entry_log_ids()
+        assert stats.bytes_reclaimed > 100 * 1000
+        check(s, 1, 50)
+        assert s.entry_location(1, 50) is None   # the orphans stay unindexed (the journal has them)
+    finally:
+        s.close()
+
+
 def test_reader_with_stale_location_relooks_up_once(
     storage: LedgerStorage, monkeypatch: pytest.MonkeyPatch
 ) -> None:
