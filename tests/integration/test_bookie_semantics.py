@@ -161,6 +161,7 @@ def test_read_only_mode_engages_and_clears(cluster_factory, tmp_path):
     sb = cluster_factory(1, disk_usage_threshold=threshold, disk_usage_lwm=lwm, disk_check_interval_ms=100)
     b = sb.bookies[0]
     store = sb.store
+    store.ledgers.create_ledger_node(8, b"")   # turning read-only runs a GC round: a ledger it keeps
     with BookieClient(b.bookie_id) as c:
         add_all(c, 8, range(5))
         filler = tmp_path / "filler.bin"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from functools import partial
 
 import pytest
 from bookie_helpers import module_cluster
@@ -129,15 +130,21 @@ def test_appends_from_several_threads_at_once_all_land_under_their_ids(sb):
     with client(sb) as c:
         w = c.create_ledger(3, 3, 2)
         written: dict[int, bytes] = {}
-        completed: list[int] = []
+        completed: list[int] = []   # in the order the client completed them
+        late: list[int] = []        # done before their callback was attached: it ran on the attaching thread
         lock = threading.Lock()
+
+        def done(me: threading.Thread, f) -> None:
+            with lock:
+                (late if threading.current_thread() is me else completed).append(f.result())
 
         def writer(t: int) -> None:
             futs = []
+            me = threading.current_thread()
             for i in range(per_thread):
                 payload = f"thread {t} entry {i}".encode()
                 f = w.append_async(payload)
-                f.add_done_callback(lambda f: (lock.acquire(), completed.append(f.result()), lock.release()))
+                f.add_done_callback(partial(done, me))
                 futs.append((f, payload))
             for f, payload in futs:
                 eid = f.result(timeout=60)
@@ -151,7 +158,7 @@ def test_appends_from_several_threads_at_once_all_land_under_their_ids(sb):
             t.join(120)
         total = threads_n * per_thread
         assert sorted(written) == list(range(total))
-        assert completed == list(range(total))
+        assert completed == sorted(completed) and sorted(completed + late) == list(range(total))
         w.close()
         r = c.open_ledger(w.ledger_id, b"")
         assert r.last_add_confirmed == total - 1
