@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import os
 import socket
+import subprocess
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future
+from pathlib import Path
 
 import pytest
 
@@ -18,6 +20,26 @@ from ledger_client.transport import BookieClient
 PASSWORD = b"secret"
 KEY = master_key(PASSWORD)
 DIGEST = Digester(DigestType.CRC32C, PASSWORD)
+
+
+@pytest.fixture(name="tmpfs")
+def tmpfs_fixture() -> Iterator[Callable[[Path, int], Path]]:
+    """``mount(path, size_mib)``: a small filesystem of its own at ``path`` (tmpfs; CI runs as root,
+    as `mount` needs), unmounted at teardown. A test that watches disk usage needs one: the shared
+    disk's usage moves with whatever else runs on the machine."""
+    mounted: list[Path] = []
+
+    def mount(path: Path, size_mib: int) -> Path:
+        path.mkdir(parents=True, exist_ok=True)
+        subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size_mib}m", "tmpfs", str(path)], check=True)
+        mounted.append(path)
+        return path
+
+    try:
+        yield mount
+    finally:
+        for p in reversed(mounted):
+            subprocess.run(["umount", "-l", str(p)], check=False)
 
 
 def payload(ledger_id: int, entry_id: int, size: int = 100) -> bytes:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import grpc
 import pytest
-from bookie_helpers import KEY, add_all, body, check_entry, dir_bytes, wait_until
+from bookie_helpers import KEY, add_all, body, check_entry, dir_bytes, tmpfs_fixture, wait_until  # noqa: F401
 
 from ledger_client import errors
 from ledger_client.protocol import bookkeeper_pb2 as pb
@@ -151,22 +151,20 @@ def test_a_bookie_too_far_behind_is_refused_more_adds(cluster_factory):
         assert all(f.result(timeout=20).status == pb.EOK for f in futures)
 
 
-def test_read_only_mode_engages_and_clears(cluster_factory, tmp_path):
-    probe = shutil.disk_usage(tmp_path)
-    used = (probe.total - probe.free) / probe.total
-    step = max(0.002, (256 << 20) / probe.total)  # at least 256 MiB between the marks
-    threshold, lwm = used + 2 * step, used + step
-    filler_bytes = int(3 * step * probe.total)
-    assert probe.free > 2 * filler_bytes, f"need {2 * filler_bytes} free bytes on {tmp_path} for this test"
-    sb = cluster_factory(1, disk_usage_threshold=threshold, disk_usage_lwm=lwm, disk_check_interval_ms=100)
-    b = sb.bookies[0]
+def test_read_only_mode_engages_and_clears(cluster_factory, tmpfs):
+    """Past its disk-usage threshold a bookie turns read-only (reads still served) and comes back
+    below the low-water mark. On a 256 MiB filesystem of its own (journal and ledgers), which
+    nothing else running on the machine fills or frees."""
+    sb = cluster_factory(0)
+    disk = tmpfs(sb.root / "bookie-0", 256)
+    b = sb.add_bookie(disk_usage_threshold=0.5, disk_usage_lwm=0.3, disk_check_interval_ms=100)
     store = sb.store
     store.ledgers.create_ledger_node(8, b"")   # turning read-only runs a GC round: a ledger it keeps
     with BookieClient(b.bookie_id) as c:
         add_all(c, 8, range(5))
-        filler = tmp_path / "filler.bin"
+        filler = disk / "filler.bin"
         with open(filler, "wb") as f:
-            os.posix_fallocate(f.fileno(), 0, filler_bytes)
+            os.posix_fallocate(f.fileno(), 0, 160 << 20)   # 62% used
         try:
             # The bookie joins the read-only list before it leaves the writable one
             # (BookKeeper's order: never in neither list), so wait for both.

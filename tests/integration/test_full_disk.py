@@ -9,12 +9,10 @@ bookie read-only after the test frees its ledger disk."""
 from __future__ import annotations
 
 import os
-import subprocess
-from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from bookie_helpers import body, wait_until
+from bookie_helpers import body, tmpfs_fixture, wait_until  # noqa: F401  (the `tmpfs` fixture)
 
 from ledger_client.protocol import bookkeeper_pb2 as pb
 from ledger_client.protocol.framing import master_key
@@ -25,23 +23,6 @@ pytestmark = pytest.mark.integration
 
 ENTRY = 64 * 1024
 LEDGER = 21
-
-
-@pytest.fixture
-def tmpfs() -> Iterator[Callable[[Path, int], Path]]:
-    mounted: list[Path] = []
-
-    def mount(path: Path, size_mib: int) -> Path:
-        path.mkdir(parents=True, exist_ok=True)
-        subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size_mib}m", "tmpfs", str(path)], check=True)
-        mounted.append(path)
-        return path
-
-    try:
-        yield mount
-    finally:
-        for p in reversed(mounted):
-            subprocess.run(["umount", "-l", str(p)], check=False)
 
 
 def _disks(sb, tmpfs) -> Path:
