@@ -13,6 +13,9 @@ import pytest
 import ledger_client  # noqa: F401  (before any test module imports grpc: sets gRPC's fork mode)
 
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+if os.environ.get("PYTEST_XDIST_WORKER", "").startswith("gw"):   # workers pick ports apart (free_port)
+    os.environ["SPARK_BOOKIE_PORT_SLICE"] = (f"{int(os.environ['PYTEST_XDIST_WORKER'][2:])}/"
+                                             f"{os.environ.get('PYTEST_XDIST_WORKER_COUNT', '1')}")
 
 # How pytest-xdist (scripts/test: -n 2) spreads the tiers over its two workers. The Spark tier is
 # one unit of work: its tests share one local-cluster session per worker, and a second one would

@@ -111,9 +111,9 @@ def free_port_range(count: int, attempts: int = 100) -> int:
     connection on the machine (seen in CI: a restarted bookie refused for minutes with "port in
     use").
     """
-    top = _ephemeral_floor() - count
+    low, top = _port_slice(10_000, _ephemeral_floor() - count)
     for _ in range(attempts):
-        base = random.randrange(10_000, max(top, 10_001))
+        base = random.randrange(low, max(top, low + 1))
         ports = set(range(base, base + count))
         with _handed_out_lock:
             if ports & _handed_out or any(port_in_use(p) for p in ports):
@@ -121,6 +121,24 @@ def free_port_range(count: int, attempts: int = 100) -> int:
             _handed_out.update(ports)
         return base
     raise ZooKeeperError(f"found no {count} consecutive free ports below {top + count}")
+
+
+PORT_SLICE_ENV = "SPARK_BOOKIE_PORT_SLICE"
+
+
+def _port_slice(low: int, top: int) -> tuple[int, int]:
+    """The k-th of n equal parts of [low, top) when ``SPARK_BOOKIE_PORT_SLICE`` is "k/n": harnesses
+    running side by side (the test suite's workers, and every process they start) then never pick
+    each other's ports, which "never twice in one process" cannot promise across processes."""
+    said = os.environ.get(PORT_SLICE_ENV, "")
+    try:
+        k, n = (int(x) for x in said.split("/"))
+    except ValueError:
+        return low, top
+    if not 0 <= k < n:
+        return low, top
+    width = (top - low) // n
+    return low + k * width, low + (k + 1) * width
 
 
 def free_port() -> int:

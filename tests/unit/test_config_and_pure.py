@@ -226,6 +226,22 @@ def test_free_port_never_hands_out_a_port_twice() -> None:
     assert not set(range(base, base + 5)) & set(ports)
 
 
+def test_free_port_keeps_to_its_slice_when_harnesses_run_side_by_side(monkeypatch) -> None:
+    """Two test workers each pick from their own part of the port range, as do the processes they
+    start (the slice is in the environment); a malformed slice means the whole range."""
+    from spark_bookie.local import zookeeper as z
+
+    low, top = 10_000, z._ephemeral_floor() - 1
+    monkeypatch.setenv(z.PORT_SLICE_ENV, "1/2")
+    half = low + (top - low) // 2
+    assert all(half <= z.free_port() < top for _ in range(200))
+    monkeypatch.setenv(z.PORT_SLICE_ENV, "0/2")
+    assert all(low <= z.free_port() < half for _ in range(200))
+    for bad in ("2/2", "x", "1/0", ""):
+        monkeypatch.setenv(z.PORT_SLICE_ENV, bad)
+        assert z._port_slice(low, top) == (low, top)
+
+
 def test_lac_advanced_from_another_thread_wakes_a_long_poll_on_the_loop():
     """Adds on the TCP port are answered from the journal thread, which advances the LAC there."""
     async def run():
