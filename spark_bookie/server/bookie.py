@@ -111,7 +111,7 @@ class Bookie:
         storage = self.storage
         self._disk = DiskMonitor(self.ledger_dirs + self.journal_dirs,
                                  DiskState(config.disk_usage_threshold, config.disk_usage_lwm, reserve),
-                                 config.disk_check_interval_ms, self._on_read_only_change,
+                                 config.disk_check_interval_ms, self._on_disk_change,
                                  room=LedgerDiskRoom(tuple(self.ledger_dirs), reserve, storage.unflushed_bytes,
                                                      lambda: storage.flushed_bytes_total))
         self.journal = Journal(
@@ -329,12 +329,15 @@ class Bookie:
                 self.metadata.cluster.unregister_bookie(self.bookie_id, readonly=prev)
             self._registered_read_only = read_only
 
-    def _on_read_only_change(self, read_only: bool) -> None:
+    def _on_disk_change(self, read_only: bool) -> None:
         if read_only and not self._stopped:
             # BookKeeper's forced GC when the disks fill: an entry log orphaned by a crash in the
             # middle of a flush (the journal replays its entries into a new one) is dead space that
             # would otherwise keep a nearly full bookie read-only until the next GC interval.
             self.trigger_gc()
+        self._on_read_only_change(read_only)
+
+    def _on_read_only_change(self, read_only: bool) -> None:
         if self._registered_read_only is None or self._stopped:
             return  # not registered yet: start() registers in the right place
         try:
