@@ -68,6 +68,9 @@ class GarbageCollector:
         self.missing_ledgers = missing_ledgers
         self.threshold = compaction_ratio_threshold
         self.totals = GcStats()
+        # Logs whose compaction found an unreadable block: not scanned again by this process (each
+        # try reads the whole log and fails the same way); still deleted once nothing is live.
+        self.abandoned: set[int] = set()
 
     def run_once(self) -> GcStats:
         stats = GcStats()
@@ -98,13 +101,16 @@ class GarbageCollector:
         if usage.live_bytes == 0:
             stats.bytes_reclaimed += self.storage.drop_entry_log(usage.log_id)
             stats.logs_deleted += 1
-        elif usage.live_ratio < self.threshold:
+            self.abandoned.discard(usage.log_id)
+        elif usage.live_ratio < self.threshold and usage.log_id not in self.abandoned:
             try:
                 stats.bytes_reclaimed += compact_log(self.storage, usage.log_id)
                 stats.logs_compacted += 1
             except StorageIOError:
-                log.exception("compaction of entry log %d abandoned; the file is kept", usage.log_id)
+                log.exception("compaction of entry log %d abandoned; the file is kept (not tried again until "
+                              "the bookie restarts)", usage.log_id)
                 stats.logs_failed += 1
+                self.abandoned.add(usage.log_id)
 
 
 def compact_log(storage: LedgerStorage, log_id: int) -> int:
