@@ -92,7 +92,11 @@ def test_tailing_reader_sees_an_idle_writers_last_record_promptly(sb):
                 seen = time.monotonic()
                 assert rec is not None and rec.dlsn == d and rec.payload == payload(i)
                 # The writer is idle after each write: the reader sees it through the LAC it announces.
-                assert seen - sent < 0.05 + (0.2 if i == 0 else 0), f"record {i} seen after {seen - sent:.3f}s"
+                # Without the announcement nothing would show it before the next write, which waits
+                # for this read: read_next would time out (2 s). The bound leaves room for a busy CI
+                # host (a neighbouring worker's Spark tests: 75 ms seen once at 50 ms); speed is
+                # `bench stream`'s to measure.
+                assert seen - sent < 0.5, f"record {i} seen after {seen - sent:.3f}s"
                 time.sleep(0.1)
             # The segment holds the records' entries only: the announcements wrote none.
             assert w.write(payload(20)).entry_id == 20
